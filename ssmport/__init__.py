@@ -1,3 +1,67 @@
-"""ssmport: recurrent / linear-attention language models to Apple Core AI bundles."""
+"""ssmport: recurrent / linear-attention language models to Apple Core AI decode bundles.
+
+Library use::
+
+    import ssmport
+    result = ssmport.export("rwkv7-tiny", out="out/")        # -> ExportResult(path, manifest, ...)
+    with ssmport.load(result.path) as runner:                 # no-KV runner on coreai.runtime
+        logits = runner.step(1)
+
+New architectures plug in with `ssmport.register_architecture(...)` (see docs/architecture.md).
+"""
+
+from ssmport._quiet import silence_version_warning
 
 __version__ = "0.1.0"
+
+silence_version_warning()  # coreai-torch misreads torch "2.13.0+cpu" as newer than 2.13.0
+
+from ssmport.architectures import (  # noqa: E402
+    Architecture,
+    LoadedModel,
+    Preset,
+    architectures,
+    get_architecture,
+    presets,
+    register_architecture,
+)
+from ssmport.errors import BundleError, CheckpointError, SsmportError  # noqa: E402
+
+
+def export(spec, out="out", **kwargs):
+    """Export a preset or checkpoint to a bundle; see `ssmport.export.export`."""
+    from ssmport.export import export as _export
+
+    return _export(spec, out, **kwargs)
+
+
+def load(bundle):
+    """A `Runner` for a bundle (use as a context manager, or call `.close()`)."""
+    from ssmport.runtime import Runner
+
+    return Runner(bundle)
+
+
+def load_model(spec, weights=None, synthetic=False, seed=0):
+    """Resolve a preset or checkpoint to a `LoadedModel` (config + canonical weights)."""
+    from ssmport.sources import load_model as _load_model
+
+    return _load_model(spec, weights=weights, synthetic=synthetic, seed=seed)
+
+
+__all__ = [
+    "Architecture",
+    "BundleError",
+    "CheckpointError",
+    "LoadedModel",
+    "Preset",
+    "SsmportError",
+    "__version__",
+    "architectures",
+    "export",
+    "get_architecture",
+    "load",
+    "load_model",
+    "presets",
+    "register_architecture",
+]

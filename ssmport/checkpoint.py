@@ -1,0 +1,265 @@
+"""Lazy, strict checkpoint loading.
+
+Sources expose tensor names and shapes without reading data, so a config can be derived
+and a checkpoint validated before any weight is materialised, and big models are read one
+tensor at a time:
+
+- `.pth` / `.bin`: `torch.load(weights_only=True, mmap=True)` (tensors stay on disk);
+- safetensors, single or sharded (`model.safetensors.index.json`), opened with `safe_open`.
+
+Architecture files describe what they expect (name -> shape) and how a source's names map
+to their canonical names; `check_strict` compares and reports every problem in one error.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import zipfile
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+
+import torch
+
+from ssmport.errors import CheckpointError
+
+_SAFETENSORS_DTYPES = {
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+}
+
+
+class TensorSource(Mapping[str, torch.Tensor]):
+    """Read-only name -> tensor mapping that can report shapes without loading data."""
+
+    origin: str
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        raise NotImplementedError
+
+    def dtype(self, name: str) -> torch.dtype:
+        raise NotImplementedError
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        return {name: self.shape(name) for name in self}
+
+
+class PthSource(TensorSource):
+    """A flat `{name: tensor}` pickle (BlinkDL `.pth`, HF `pytorch_model.bin`)."""
+
+    def __init__(self, paths: list[Path]):
+        self.origin = str(paths[0]) if len(paths) == 1 else str(paths[0].parent)
+        self._tensors: dict[str, torch.Tensor] = {}
+        for path in paths:
+            for name, tensor in _torch_load(path).items():
+                if name in self._tensors:
+                    raise CheckpointError(f"{path}: tensor {name!r} appears in more than one shard")
+                self._tensors[name] = tensor
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._tensors[name].shape)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._tensors[name].dtype
+
+
+def _torch_load(path: Path) -> dict[str, torch.Tensor]:
+    try:
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as exc:
+            # Legacy (non-zip) pickles cannot be memory-mapped; read them whole.
+            if "mmap" not in str(exc):
+                raise
+            obj = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"{path}: no such file") from None
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"{path}: not a loadable PyTorch checkpoint ({first})") from None
+    if not isinstance(obj, dict) or not all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    ):
+        raise CheckpointError(f"{path}: expected a flat {{name: tensor}} state dict")
+    return obj
+
+
+class SafetensorsSource(TensorSource):
+    """One or more safetensors files, opened lazily (each tensor read on access)."""
+
+    def __init__(self, paths: list[Path]):
+        from safetensors import safe_open
+
+        self.origin = str(paths[0]) if len(paths) == 1 else str(paths[0].parent)
+        self._handles = []
+        self._where: dict[str, object] = {}
+        for path in paths:
+            try:
+                handle = safe_open(str(path), framework="pt")
+            except FileNotFoundError:
+                raise CheckpointError(f"{path}: no such file") from None
+            except Exception as exc:  # safetensors raises its own error types
+                raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
+            self._handles.append(handle)
+            for name in handle.keys():
+                if name in self._where:
+                    raise CheckpointError(f"{path}: tensor {name!r} appears in more than one shard")
+                self._where[name] = handle
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._where[name].get_tensor(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._where)
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._where[name].get_slice(name).get_shape())
+
+    def dtype(self, name: str) -> torch.dtype:
+        code = self._where[name].get_slice(name).get_dtype()
+        if code not in _SAFETENSORS_DTYPES:
+            raise CheckpointError(f"{self.origin}: tensor {name!r} has unsupported dtype {code}")
+        return _SAFETENSORS_DTYPES[code]
+
+
+def open_pth(path: Path) -> TensorSource:
+    return PthSource([path])
+
+
+def open_hf_weights(folder: Path) -> TensorSource:
+    """The weights of a Hugging Face model folder, sharded or not."""
+    for index_name, single_name, cls in (
+        ("model.safetensors.index.json", "model.safetensors", SafetensorsSource),
+        ("pytorch_model.bin.index.json", "pytorch_model.bin", PthSource),
+    ):
+        index = folder / index_name
+        if index.is_file():
+            try:
+                weight_map = json.loads(index.read_text())["weight_map"]
+            except (ValueError, KeyError, TypeError):
+                raise CheckpointError(f"{index}: not a valid shard index (no weight_map)") from None
+            shards = sorted({folder / shard for shard in weight_map.values()})
+            missing = [s.name for s in shards if not s.is_file()]
+            if missing:
+                raise CheckpointError(f"{folder}: shard(s) listed in {index_name} are missing: {', '.join(missing)}")
+            return cls(shards)
+        if (folder / single_name).is_file():
+            return cls([folder / single_name])
+    raise CheckpointError(
+        f"{folder}: no weights found (expected model.safetensors[.index.json] or pytorch_model.bin)"
+    )
+
+
+class MappedSource(TensorSource):
+    """A canonical-name view of another source: `canonical -> (source name, transform)`.
+
+    Transforms (transpose, squeeze, dtype cast) run only when a tensor is read.
+    """
+
+    def __init__(
+        self,
+        source: TensorSource,
+        mapping: Mapping[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]],
+        shapes: Mapping[str, tuple[int, ...]],
+    ):
+        self.origin = source.origin
+        self._source = source
+        self._mapping = dict(mapping)
+        self._shapes = dict(shapes)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        source_name, transform = self._mapping[name]
+        return transform(self._source[source_name])
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._mapping)
+
+    def __len__(self) -> int:
+        return len(self._mapping)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._source.dtype(self._mapping[name][0])
+
+
+class DictSource(TensorSource):
+    """In-memory tensors (synthetic weights, tests)."""
+
+    def __init__(self, tensors: Mapping[str, torch.Tensor], origin: str = "<memory>"):
+        self.origin = origin
+        self._tensors = dict(tensors)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self._tensors[name].shape)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._tensors[name].dtype
+
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def check_strict(
+    source: TensorSource,
+    expected: Mapping[str, tuple[int, ...]],
+    optional: frozenset[str] = frozenset(),
+    what: str = "checkpoint",
+) -> None:
+    """Raise one `CheckpointError` naming every missing, unexpected and misshaped tensor.
+
+    `optional` names tensors that may be absent (if present they must have the expected
+    shape); anything not in `expected` is unexpected.
+    """
+    present = set(source)
+    missing = [n for n in expected if n not in present and n not in optional]
+    unexpected = sorted(present - set(expected))
+    misshaped = [
+        f"{n} {list(source.shape(n))} (expected {list(expected[n])})"
+        for n in expected
+        if n in present and source.shape(n) != tuple(expected[n])
+    ]
+    wrong_dtype = [
+        f"{n} {str(source.dtype(n)).removeprefix('torch.')}"
+        for n in expected
+        if n in present and source.dtype(n) not in FLOAT_DTYPES
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing {len(missing)}: {', '.join(missing)}")
+    if unexpected:
+        problems.append(f"unexpected {len(unexpected)}: {', '.join(unexpected)}")
+    if misshaped:
+        problems.append(f"misshaped {len(misshaped)}: {', '.join(misshaped)}")
+    if wrong_dtype:
+        problems.append(f"not floating point {len(wrong_dtype)}: {', '.join(wrong_dtype)}")
+    if problems:
+        raise CheckpointError(f"{source.origin}: does not match {what}: " + "; ".join(problems))

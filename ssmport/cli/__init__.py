@@ -1,0 +1,1 @@
+"""The `ssmport` command line: one small module per subcommand over library functions."""

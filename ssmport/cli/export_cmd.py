@@ -1,0 +1,59 @@
+"""ssmport export MODEL: checkpoint or preset -> Core AI decode bundle."""
+
+from __future__ import annotations
+
+from ssmport.cli.common import human_bytes
+from ssmport.quant import RECIPES
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "export",
+        help="export a checkpoint or preset to a Core AI decode bundle",
+        description="Export MODEL (a preset name, a BlinkDL .pth, or a Hugging Face / fla folder) "
+        "to OUT/<name>-<quant>/ with model.aimodel + manifest.json, then gate it on the Core AI "
+        "runtime. Written atomically: a failed export leaves nothing behind.",
+    )
+    p.add_argument("model", help="preset (see `ssmport list`), .pth file, or HF folder")
+    p.add_argument("-o", "--out", default="out", help="parent directory of the bundle (default: out)")
+    p.add_argument("--quant", choices=list(RECIPES), help="recipe (default: int8keepproj for real "
+                   "weights, fp32 for synthetic); see `ssmport list --recipes`")  # fmt: skip
+    p.add_argument("--state-dtype", choices=["fp32", "fp16"], help="storage dtype of the recurrent "
+                   "states (default fp32; the recurrence always computes in fp32)")  # fmt: skip
+    p.add_argument("--weights", help="checkpoint for a preset name (.pth or HF folder)")
+    p.add_argument("--synthetic", action="store_true", help="deterministic random weights for a preset")
+    p.add_argument("--seed", type=int, default=0, help="seed of --synthetic weights (default 0)")
+    p.add_argument("--name", help="bundle directory name (default: <model>-<quant>)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    p.add_argument("--no-gate", action="store_true", help="skip the short parity gate")
+    p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export gate (default 8)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ssmport.export import export
+
+    result = export(
+        args.model,
+        args.out,
+        quant=args.quant,
+        state_dtype=args.state_dtype,
+        weights=args.weights,
+        synthetic=args.synthetic,
+        seed=args.seed,
+        name=args.name,
+        overwrite=args.overwrite,
+        gate=not args.no_gate,
+        gate_steps=args.gate_steps,
+        progress=not args.quiet,
+    )
+    m = result.manifest
+    synthetic = " [synthetic weights]" if m["synthetic_weights"] else ""
+    print(f"bundle: {result.path}{synthetic}")
+    print(f"asset: {human_bytes(m['asset']['bytes'])} ({m['recipe']['name']}, state {m['recipe']['state_dtype']}), "
+          f"export {m['export']['seconds']:.1f} s, peak RSS {m['export']['peak_rss_mb']:.0f} MB")  # fmt: skip
+    if result.gate_headline:
+        print(f"gate: {result.gate_headline}")
+        return 0 if m["gate"]["passed"] else 1
+    return 0

@@ -1,0 +1,75 @@
+"""ssmport gate BUNDLE: teacher-forced parity report against the fp32 torch reference."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ssmport.cli.common import check_ids, read_token_file
+from ssmport.errors import SsmportError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "gate",
+        help="teacher-forced parity report (exit 1 if it fails)",
+        description="Feed the same token streams, one token at a time from zeroed state, to the "
+        "fp32 torch reference and to the bundle on the Core AI runtime; compare per-step top-1 "
+        "and max |Δlogits| under the recipe's documented thresholds. Writes gate.json into the "
+        "bundle. Exit status 1 if the gate fails.",
+    )
+    p.add_argument("bundle")
+    p.add_argument("--weights", help="source checkpoint, if it moved since export")
+    p.add_argument("--prompts", type=int, default=3, help="number of token streams (default 3)")
+    p.add_argument("--steps", type=int, default=32, help="tokens per stream (default 32)")
+    p.add_argument("--tokens-file", help="one stream of token ids (commas/whitespace)")
+    p.add_argument("--text", action="append", help="a text stream (needs the bundle's tokenizer); repeatable")
+    p.add_argument("--text-file", action="append", help="a file whose text is one stream; repeatable")
+    p.add_argument("--compare", action="store_true",
+                   help="also export the model under every recipe and show the gates side by side")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ssmport.bundle import Bundle
+    from ssmport.gate import bundle_tokenizer, gate_bundle
+
+    bundle = Bundle.open(args.bundle)
+    if args.prompts < 1 or args.steps < 1:
+        raise SsmportError("--prompts and --steps must be at least 1")
+    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    streams = []
+    if args.tokens_file:
+        streams.append(check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file))
+    texts = list(args.text or [])
+    for f in args.text_file or []:
+        try:
+            texts.append(Path(f).read_text(encoding="utf-8", errors="surrogateescape"))
+        except OSError as exc:
+            raise SsmportError(f"{f}: cannot read ({exc.strerror})") from None
+    if texts:
+        tokenizer = bundle_tokenizer(bundle)
+        if tokenizer is None:
+            raise SsmportError(f"{bundle.path}: has no tokenizer, so --text cannot be used; pass --tokens-file")
+        streams += [check_ids(tokenizer.encode(t), vocab, "--text") for t in texts]
+    if args.compare:
+        from ssmport.compare import compare_recipes
+
+        return compare_recipes(bundle, args, streams or None)
+    report = gate_bundle(
+        bundle, prompts=args.prompts, steps=args.steps, token_streams=streams or None, weights=args.weights
+    )
+    if args.json:
+        print(json.dumps(report.summary(), indent=2))
+    else:
+        print(report.headline())
+        w = report.worst
+        if w is not None:
+            print(f"worst step: stream {w.prompt} step {w.step} (token {w.token}), |Δ| {w.max_abs_delta:.3g}")
+        for s in report.steps:
+            if s.status != "agree":
+                print(f"  {s.status}: stream {s.prompt} step {s.step} ref top-1 {s.ref_top1} "
+                      f"(margin {s.ref_margin:.3g}) vs {s.got_top1}")  # fmt: skip
+        print(f"transcript: {bundle.path / 'gate.json'}")
+    return 0 if report.passed else 1

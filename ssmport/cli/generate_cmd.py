@@ -1,0 +1,68 @@
+"""ssmport generate BUNDLE: decode on the Core AI runtime, from ids or text."""
+
+from __future__ import annotations
+
+import sys
+
+from ssmport.cli.common import check_ids, parse_token_ids
+from ssmport.errors import SsmportError
+
+END_OF_TEXT = 0  # RWKV World's end-of-text id
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "generate",
+        help="generate tokens or text with the bundle on the Core AI runtime",
+        description="Feed a prompt and generate with the no-KV runner. --tokens prints ids; "
+        "--prompt encodes with the bundle's tokenizer and streams decoded text.",
+    )
+    p.add_argument("bundle")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--tokens", help="prompt token ids, e.g. 1,2,3")
+    src.add_argument("--prompt", help="prompt text (needs the bundle's tokenizer)")
+    p.add_argument("-n", "--max-tokens", type=int, default=32, help="tokens to generate (default 32)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ssmport.bundle import Bundle
+    from ssmport.gate import bundle_tokenizer
+    from ssmport.runtime import Runner
+
+    bundle = Bundle.open(args.bundle)
+    if args.max_tokens < 0:
+        raise SsmportError("--max-tokens must be >= 0")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise SsmportError("need --temperature >= 0 and 0 < --top-p <= 1")
+    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    tokenizer = None
+    if args.prompt is not None:
+        tokenizer = bundle_tokenizer(bundle)
+        if tokenizer is None:
+            raise SsmportError(f"{bundle.path}: has no tokenizer; use --tokens with ids")
+        prompt = check_ids(tokenizer.encode(args.prompt), vocab, "--prompt")
+    else:
+        prompt = check_ids(parse_token_ids(args.tokens, "--tokens"), vocab, "--tokens")
+    if bundle.manifest.get("synthetic_weights"):
+        print("[synthetic weights: output is noise by design]", file=sys.stderr)
+    with Runner(bundle) as runner:
+        ids = runner.generate(prompt, args.max_tokens, args.temperature, args.top_p, args.seed,
+                              stop={END_OF_TEXT} if tokenizer else None)  # fmt: skip
+        if tokenizer is None:
+            for n, token in enumerate(ids):
+                print(("," if n else "") + str(token), end="", flush=True)
+            print()
+        else:
+            stream = tokenizer.stream()
+            sys.stdout.write(args.prompt)
+            for token in ids:
+                if token == END_OF_TEXT:
+                    break
+                sys.stdout.write(stream.feed(token))
+                sys.stdout.flush()
+            sys.stdout.write(stream.flush() + "\n")
+    return 0

@@ -1,0 +1,84 @@
+"""ssmport inspect BUNDLE: what is inside, and how it was checked."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from ssmport.cli.common import human_bytes
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "inspect",
+        help="names, shapes, dtypes, sizes, config, quant plan, gate result",
+        description="Show a bundle's interface (inputs, states, outputs), config, quantization "
+        "plan totals by category with the asset size next to the plan's analytic size, "
+        "tokenizer, export stats and gate result.",
+    )
+    p.add_argument("bundle")
+    p.add_argument("--json", action="store_true", help="print the manifest (without the per-tensor plan)")
+    p.add_argument("--plan", action="store_true", help="also list every tensor of the quant plan")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ssmport.bundle import Bundle, dir_bytes
+
+    bundle = Bundle.open(args.bundle)
+    m = bundle.manifest
+    on_disk = dir_bytes(bundle.asset_path)
+    if args.json:
+        out = {k: v for k, v in m.items() if k != "plan"} | {"plan": {"summary": m["plan"]["summary"]}}
+        if args.plan:
+            out["plan"] = m["plan"]
+        print(json.dumps(out | {"asset_bytes_on_disk": on_disk}, indent=2))
+        return 0
+    synthetic = "  [SYNTHETIC WEIGHTS]" if m["synthetic_weights"] else ""
+    print(f"{m['name']}  ({m['architecture']}, ssmport {m['ssmport_version']}){synthetic}")
+    print(f"source: {_source(m['source'])}")
+    print("config: " + ", ".join(f"{k}={v}" for k, v in m["config"].items()))
+    print(f"recipe: {m['recipe']['name']} (state dtype {m['recipe']['state_dtype']}): {m['recipe']['description']}")
+    print(f"function: {m['function']}")
+    for kind in ("inputs", "states", "outputs"):
+        for t in m[kind]:
+            nbytes = math.prod(t["shape"]) * _itemsize(t["dtype"])
+            layout = f"  {t['layout']}" if "layout" in t else ""
+            print(f"  {kind[:-1]:6} {t['name']:14} {str(t['shape']):22} {t['dtype']:8} {human_bytes(nbytes):>9}{layout}")
+    summary = m["plan"]["summary"]
+    print("weights by category:")
+    for role, nbytes in sorted(summary["by_role"].items(), key=lambda kv: -kv[1]):
+        dtypes = sorted({e["dtype"] for e in m["plan"]["tensors"] if e["role"] == role})
+        print(f"  {role:12} {human_bytes(nbytes):>10}  {'/'.join(dtypes)}")
+    print("weights by dtype: " + ", ".join(f"{d} {human_bytes(b)}" for d, b in summary["by_dtype"].items()))
+    analytic = summary["total"]
+    print(f"asset: {human_bytes(on_disk)} on disk vs {human_bytes(analytic)} analytic "
+          f"({100 * (on_disk / analytic - 1):+.1f}%)")  # fmt: skip
+    if args.plan:
+        for e in m["plan"]["tensors"]:
+            block = f" block {e['block']}" if e["block"] else ""
+            print(f"    {e['name']:40} {e['role']:10} {str(e['shape']):16} {e['dtype']}{block} {human_bytes(e['bytes'])}")
+    tok = m.get("tokenizer")
+    print(f"tokenizer: {tok['path']} ({tok['entries']} entries, sha256 {tok['sha256'][:16]}…)" if tok else "tokenizer: none")
+    ex = m.get("export", {})
+    if "seconds" in ex:
+        print(f"export: {ex['seconds']} s, peak RSS {ex['peak_rss_mb']} MB")
+    g = m.get("gate")
+    if g:
+        verdict = "PASS" if g["passed"] else "FAIL"
+        ties = f" (+{g['top1_excused_ties']} near-tie)" if g["top1_excused_ties"] else ""
+        print(f"gate: {verdict} top-1 {g['top1_agree']}/{g['steps']}{ties}, max |Δlogits| "
+              f"{g['max_abs_logit_delta']:.3g} (rel {g['max_rel_logit_delta']:.2e}) over {g['prompts']} stream(s)")  # fmt: skip
+    else:
+        print("gate: not run (ssmport gate BUNDLE)")
+    return 0
+
+
+def _source(src: dict) -> str:
+    if src.get("kind") == "synthetic":
+        return f"synthetic weights for preset {src['preset']} (seed {src['seed']})"
+    return f"{src.get('kind')} {src.get('path')}" + (f" (preset {src['preset']})" if "preset" in src else "")
+
+
+def _itemsize(dtype: str) -> int:
+    return {"float32": 4, "float16": 2, "bfloat16": 2, "int32": 4, "int64": 8, "int8": 1}.get(dtype, 4)

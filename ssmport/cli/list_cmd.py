@@ -1,0 +1,28 @@
+"""ssmport list: architectures, presets, and (with --recipes) quantization recipes."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("list", help="architectures and presets (--recipes: quantization recipes)")
+    p.add_argument("--recipes", action="store_true", help="list quantization recipes")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    if args.recipes:
+        from ssmport.quant import RECIPES
+
+        for r in RECIPES.values():
+            print(f"{r.name:14} {r.description}")
+            print(f"{'':14} gate: max |Δlogits| <= {r.gate.max_rel_logit_delta:g} x logit scale; "
+                  f"top-1 mismatches excused only where the reference margin < {r.gate.tie_margin:g}")  # fmt: skip
+        return 0
+    from ssmport.architectures import architectures
+
+    for arch in architectures():
+        print(f"{arch.name}: {arch.description}")
+        for p in arch.presets:
+            needs = "needs --weights or --synthetic" if p.released else "embedded, synthetic"
+            print(f"  {p.name:14} {p.description}  [{needs}]")
+    return 0

@@ -1,0 +1,69 @@
+"""ssmport logits BUNDLE: per-step logits for a token stream, as float32 [T, V] .npy.
+
+Stable contract (external checks use it): ids from --tokens-file (commas and/or whitespace),
+fed one at a time from zeroed state; row t is the logits after token t.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from ssmport.cli.common import check_ids, read_token_file
+from ssmport.errors import SsmportError
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "logits",
+        help="write per-step logits of a token stream to .npy",
+        description="Feed the ids in --tokens-file one at a time from zeroed state through the "
+        "bundle's decode function (or the fp32 torch reference with --backend torch) and save "
+        "float32 [T, V] with np.save; row t is the logits after token t.",
+    )
+    p.add_argument("bundle")
+    p.add_argument("--tokens-file", required=True, help="integer ids separated by commas and/or whitespace")
+    p.add_argument("--out", required=True, help="output .npy path")
+    p.add_argument("--backend", choices=["coreai", "torch"], default="coreai")
+    p.add_argument("--weights", help="source checkpoint for --backend torch, if it moved since export")
+    p.set_defaults(func=run)
+
+
+def run(args) -> int:
+    from ssmport.bundle import Bundle
+
+    bundle = Bundle.open(args.bundle)
+    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    ids = check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file)
+    if args.backend == "torch":
+        from ssmport.sources import rebuild_source
+        from ssmport.torch_runner import TorchRunner
+
+        runner = TorchRunner(rebuild_source(bundle.manifest["source"], args.weights), "fp32")
+    else:
+        from ssmport.runtime import Runner
+
+        runner = Runner(bundle)
+    try:
+        logits = runner.feed(ids).astype(np.float32)
+    finally:
+        runner.close()
+    save_npy_atomic(Path(args.out), logits)
+    print(f"{args.out}: float32 {list(logits.shape)} ({args.backend})")
+    return 0
+
+
+def save_npy_atomic(path: Path, array: np.ndarray) -> None:
+    if path.parent and not path.parent.exists():
+        raise SsmportError(f"{path.parent}: no such directory")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npy", dir=path.parent or ".")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            np.save(f, array)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,65 @@
+"""Entry point: parse, dispatch, and turn user errors into one line and a non-zero exit."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ssmport import __version__
+from ssmport.cli import (
+    bench_cmd,
+    export_cmd,
+    gate_cmd,
+    generate_cmd,
+    inspect_cmd,
+    list_cmd,
+    logits_cmd,
+    tokenize_cmd,
+    tokenizer_cmd,
+)
+from ssmport.errors import SsmportError
+
+EXIT_USER_ERROR = 2
+COMMANDS = (export_cmd, gate_cmd, logits_cmd, generate_cmd, inspect_cmd, list_cmd, bench_cmd,
+            tokenize_cmd, tokenizer_cmd)  # fmt: skip
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="ssmport",
+        description="Port recurrent / linear-attention LMs (RWKV-7, ...) to Core AI decode bundles: "
+        "no KV cache, O(1) state, parity-gated against torch.",
+        epilog="Start with: ssmport export rwkv7-tiny -o out/  (embedded default, no download)",
+    )
+    parser.add_argument("--version", action="version", version=f"ssmport {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for command in COMMANDS:
+        command.add_parser(sub)
+    return parser
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    from ssmport.tokenizers import TokenizerError, VocabError
+
+    return (SsmportError, TokenizerError, VocabError)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        code = args.func(args) or 0
+    except user_errors() as exc:
+        print(f"ssmport: error: {exc}", file=sys.stderr)
+        code = EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("ssmport: interrupted", file=sys.stderr)
+        code = 130
+    except BrokenPipeError:  # `ssmport ... | head`
+        code = 0
+    sys.stdout.flush()
+    sys.stderr.flush()
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,195 @@
+"""Checkpoint -> Core AI decode bundle.
+
+    build the export-form module under a recipe
+    -> torch.export -> run_decompositions(get_decomp_table())
+    -> TorchConverter (RELEASE, explicit input/output/state names)
+    -> contract check on the converted IR (names, order, dtypes, one write per state)
+    -> save the asset, the manifest, the tokenizer
+    -> short teacher-forced gate on the Core AI runtime
+    -> rename the finished bundle into place
+
+Everything is built in a temp directory beside the target, so a failure leaves nothing.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import resource
+import time
+import uuid
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ssmport import __version__
+from ssmport._quiet import python_stdout_captured
+from ssmport.architectures import LoadedModel
+from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
+from ssmport.bundle import ASSET, FORMAT, FORMAT_VERSION, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
+from ssmport.contract import check_contract, parse_signature, program_ir
+from ssmport.errors import SsmportError
+from ssmport.progress import Stages
+from ssmport.quant import get_recipe
+from ssmport.quant.plan import WeightBuilder, summarize_plan
+from ssmport.sources import load_model
+from ssmport.state import STATE_DTYPES, dtype_name
+
+DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
+EXPORT_GATE_PROMPTS = 1
+EXPORT_GATE_STEPS = 8
+
+
+@dataclass
+class ExportResult:
+    path: Path
+    manifest: dict[str, Any]
+    gate_headline: str | None
+
+
+def default_quant(model: LoadedModel) -> str:
+    """int8keepproj for real weights (the phone-sized recipe); fp32 for synthetic demos,
+    whose job is a fast, exact run on this machine's runtime."""
+    return "fp32" if model.synthetic else "int8keepproj"
+
+
+def export(
+    spec: str,
+    out: str | Path,
+    *,
+    quant: str | None = None,
+    state_dtype: str | None = None,
+    weights: str | Path | None = None,
+    synthetic: bool = False,
+    seed: int = 0,
+    name: str | None = None,
+    overwrite: bool = False,
+    gate: bool = True,
+    gate_steps: int = EXPORT_GATE_STEPS,
+    progress: bool = True,
+) -> ExportResult:
+    """Export `spec` (preset or checkpoint path) as a bundle under directory `out`."""
+    started = time.perf_counter()
+    state_dtype = state_dtype or DEFAULT_STATE_DTYPE
+    if state_dtype not in STATE_DTYPES:
+        raise SsmportError(f"unknown --state-dtype {state_dtype!r}; choose fp32 or fp16")
+    if quant is not None:
+        get_recipe(quant)  # fail on a bad name before any loading
+    with Stages(enabled=progress) as stages:
+        with stages.stage("Reading checkpoint"):
+            model = load_model(spec, weights=weights, synthetic=synthetic, seed=seed)
+        recipe = get_recipe(quant or default_quant(model))
+        final = Path(out) / (name or f"{model.name}-{recipe.name}")
+        with staged_directory(final, overwrite) as tmp:
+            manifest = _build_bundle(model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages)
+            bundle = Bundle(tmp, manifest)
+            headline = None
+            if gate:
+                from ssmport.gate import gate_bundle  # imports the runtime only when needed
+
+                report = gate_bundle(
+                    bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages
+                )
+                headline = report.headline()
+            manifest["export"]["seconds"] = round(time.perf_counter() - started, 2)
+            manifest["export"]["peak_rss_mb"] = _peak_rss_mb()
+            bundle.save_manifest()
+    return ExportResult(final, manifest, headline)
+
+
+def _build_bundle(
+    model: LoadedModel, quant: str, state_dtype: torch.dtype, out: Path, name: str, stages: Stages
+) -> dict:
+    arch, cfg = model.architecture, model.config
+    recipe = get_recipe(quant)
+    specs = arch.state_specs(cfg, state_dtype)
+    builder = WeightBuilder(recipe, arch.keeps_float, on_store=stages.advance)
+    total = sum(math.prod(model.weights.shape(n)) for n in model.weights)
+
+    with stages.stage("Building weights", total=total):
+        with torch.no_grad():
+            module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
+    _check_buffers(module, specs)
+
+    with stages.stage("torch.export"):
+        import coreai_torch
+
+        example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)  # torch-internal pytree deprecations
+            ep = torch.export.export(module, example)
+            ep = ep.run_decompositions(coreai_torch.get_decomp_table())
+
+    with stages.stage("Converting to Core AI"):
+        from coreai_torch import TorchConverter
+
+        with python_stdout_captured():
+            program = (
+                TorchConverter(mode=TorchConverter.Mode.RELEASE)
+                .add_exported_program(
+                    ep,
+                    input_names=list(INPUT_NAMES),
+                    output_names=list(OUTPUT_NAMES),
+                    state_names=[s.name for s in specs],
+                )
+                .to_coreai()
+            )
+        del ep, module
+        gc.collect()
+        signature = parse_signature(program_ir(program))
+        check_contract(signature, INPUT_NAMES, OUTPUT_NAMES, specs)
+
+    with stages.stage("Writing asset"):
+        program.save_asset(out / ASSET)
+        del program
+        gc.collect()
+        tokenizer = _write_tokenizer(model, out)
+
+    plan = builder.plan_json()
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "ssmport_version": __version__,
+        "bundle_id": uuid.uuid4().hex,
+        "name": name,
+        "architecture": arch.name,
+        "config": cfg.to_json(),
+        "source": model.provenance,
+        "synthetic_weights": model.synthetic,
+        "recipe": {"name": recipe.name, "description": recipe.description, "state_dtype": dtype_name(state_dtype)},
+        "function": signature.function,
+        "inputs": [s.to_json() for s in signature.inputs],
+        "outputs": [s.to_json() for s in signature.outputs],
+        "states": [s.to_json() | {"layout": spec.layout} for s, spec in zip(signature.states, specs)],
+        "plan": {"summary": summarize_plan(plan), "tensors": plan},
+        "asset": {"path": ASSET, "bytes": dir_bytes(out / ASSET)},
+        "tokenizer": tokenizer,
+        "gate": None,
+        "export": {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
+    }
+    Bundle(out, manifest).save_manifest()
+    return manifest
+
+
+def _check_buffers(module: torch.nn.Module, specs) -> None:
+    got = [(n, tuple(b.shape), b.dtype) for n, b in module.named_buffers() if "." not in n]
+    want = [(s.name, s.shape, s.dtype) for s in specs]
+    if got != want:
+        raise SsmportError(f"decode module states {got} differ from the declared {want}")
+
+
+def _write_tokenizer(model: LoadedModel, out: Path) -> dict | None:
+    if model.vocab_path is None:
+        return None
+    from ssmport.tokenizers import export_vocab_tsv
+
+    (out / TOKENIZER_DIR).mkdir()
+    info = export_vocab_tsv(model.vocab_path, out / TOKENIZER_DIR / "vocab.tsv")
+    return {"kind": "rwkv-world", "path": f"{TOKENIZER_DIR}/vocab.tsv", "sha256": info.sha256, "entries": info.entries}
+
+
+def _peak_rss_mb() -> float:
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

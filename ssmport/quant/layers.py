@@ -1,0 +1,74 @@
+"""Matmul weights as the Core AI runtime wants them.
+
+Weights are stored `[in, out]` and applied as `x @ W`: `nn.Linear` lowers to a transpose +
+batch_matmul that re-transposes the weight on every call (20x slower decode here).
+
+Activations between matmuls are fp32; a matmul casts its input to the weight's dtype and
+its output back, so fp16/int8 recipes do their matmuls in fp16 and everything elementwise
+(norms, gates, the recurrence) in fp32.
+"""
+
+from __future__ import annotations
+
+import torch
+from coreai_torch._compression.custom_layers import WeightDequantizeModule
+from torch import nn
+
+from ssmport.quant.recipes import BLOCK_SIZE
+
+
+class FloatMatmul(nn.Module):
+    """y = x @ W with W [in, out] stored in fp32 or fp16."""
+
+    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.weight = nn.Parameter(weight_in_out.contiguous(), requires_grad=False)
+        self.out_dtype = out_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        y = x.to(w.dtype) @ w
+        return y.to(self.out_dtype)
+
+
+class Int8Matmul(nn.Module):
+    """y = x @ dequant(Q, S): int8 Q [in, out] and fp16 scales S [in/32, out] in the asset.
+
+    `coreai::constexpr_blockwise_shift_scale` keeps the int8 data and scales as constants
+    and dequantizes in-graph (on device the backend fuses it into the matmul).
+    """
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.dequant = WeightDequantizeModule(q, scale)
+        self.out_dtype = out_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.dequant()
+        y = x.to(w.dtype) @ w
+        return y.to(self.out_dtype)
+
+
+def quantize_int8_blockwise(weight_in_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Symmetric int8 with one fp16 scale per block of 32 along the input dimension.
+
+    Returns (q int8 [in, out], scale fp16 [in/32, out]) with W ≈ q * scale (per block).
+    Scales are rounded to fp16 *before* q is computed, so dequantizing with the stored
+    scale is exactly what the quantizer assumed.
+    """
+    n_in, n_out = weight_in_out.shape
+    if n_in % BLOCK_SIZE:
+        raise ValueError(f"input dim {n_in} is not a multiple of {BLOCK_SIZE}")
+    w = weight_in_out.float().reshape(n_in // BLOCK_SIZE, BLOCK_SIZE, n_out)
+    amax = w.abs().amax(dim=1, keepdim=True)
+    # The smallest normal fp16 keeps an all-zero block from dividing by zero.
+    scale = (amax / 127.0).clamp(min=torch.finfo(torch.float16).tiny).to(torch.float16)
+    q = torch.round(w / scale.float()).clamp(-127, 127).to(torch.int8)
+    return q.reshape(n_in, n_out), scale.reshape(n_in // BLOCK_SIZE, n_out)
+
+
+def dequantize_int8_blockwise(q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """The float weight an int8 block store represents (fp32)."""
+    n_in, n_out = q.shape
+    blocks = q.float().reshape(n_in // BLOCK_SIZE, BLOCK_SIZE, n_out) * scale.float()[:, None, :]
+    return blocks.reshape(n_in, n_out)

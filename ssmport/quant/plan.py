@@ -1,0 +1,92 @@
+"""Build an architecture's weights under a recipe, recording the per-tensor plan.
+
+Architecture files ask the builder for each weight (`matmul`, `tensor`); the builder decides
+the storage (fp32 / fp16 / int8 + scales) from the recipe and the architecture's own
+`keeps_float` predicate, and records one plan entry per stored tensor. The plan goes into
+the manifest; its byte total is the asset's analytic size.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+
+import torch
+from torch import nn
+
+from ssmport.quant.layers import FloatMatmul, Int8Matmul, quantize_int8_blockwise
+from ssmport.quant.recipes import BLOCK_SIZE, Recipe
+from ssmport.state import dtype_name
+
+
+@dataclass(frozen=True)
+class PlanEntry:
+    name: str  # canonical checkpoint name the tensor came from
+    role: str  # architecture-defined category ("ffn", "head", "state_proj", "lora", ...)
+    shape: tuple[int, ...]  # stored shape ([in, out] for matmuls)
+    dtype: str  # "float32" | "float16" | "int8"
+    block: int | None  # int8 block length along `in`, else None
+    bytes: int  # data bytes, plus scale bytes for int8
+
+    def to_json(self) -> dict:
+        d = asdict(self)
+        d["shape"] = list(self.shape)
+        return d
+
+
+class WeightBuilder:
+    def __init__(
+        self,
+        recipe: Recipe,
+        keeps_float: Callable[[str], bool],
+        on_store: Callable[[int], None] | None = None,  # called with each tensor's element count
+    ):
+        self.recipe = recipe
+        self.keeps_float = keeps_float
+        self.on_store = on_store
+        self.entries: list[PlanEntry] = []
+
+    def matmul(
+        self,
+        name: str,
+        weight_in_out: torch.Tensor,
+        role: str,
+        out_dtype: torch.dtype = torch.float32,
+    ) -> nn.Module:
+        """A module computing `x @ W` for W [in, out], stored as the recipe says."""
+        n_in, n_out = weight_in_out.shape
+        wants_int8 = self.recipe.stores_int8(name, True, self.keeps_float(name))
+        if wants_int8 and n_in % BLOCK_SIZE == 0:
+            q, scale = quantize_int8_blockwise(weight_in_out)
+            self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel())
+            return Int8Matmul(q, scale, out_dtype)
+        # Matmuls whose input dim is not a multiple of the block stay in float.
+        w = weight_in_out.to(self.recipe.float_dtype)
+        self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
+        return FloatMatmul(w, out_dtype)
+
+    def tensor(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
+        """A non-matmul weight (norm, mix vector, embedding), stored in the float dtype."""
+        v = value.to(self.recipe.float_dtype).contiguous()
+        self._record(name, role, v.shape, v.dtype, None, v.numel() * v.element_size())
+        return nn.Parameter(v, requires_grad=False)
+
+    def _record(self, name, role, shape, dtype, block, nbytes) -> None:
+        self.entries.append(PlanEntry(name, role, tuple(shape), dtype_name(dtype), block, int(nbytes)))
+        if self.on_store:
+            self.on_store(math.prod(shape))
+
+    def plan_json(self) -> list[dict]:
+        return [e.to_json() for e in self.entries]
+
+
+def summarize_plan(entries: list[dict]) -> dict[str, dict[str, int]]:
+    """Totals by role and by dtype: {"by_role": {role: bytes}, "by_dtype": {dtype: bytes}}."""
+    by_role: dict[str, int] = defaultdict(int)
+    by_dtype: dict[str, int] = defaultdict(int)
+    for e in entries:
+        by_role[e["role"]] += e["bytes"]
+        by_dtype[e["dtype"]] += e["bytes"]
+    return {"by_role": dict(by_role), "by_dtype": dict(by_dtype), "total": sum(by_role.values())}

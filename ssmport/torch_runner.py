@@ -1,0 +1,49 @@
+"""The torch side of every comparison: the export-form decode module run eagerly.
+
+It has the same `reset / step / feed` interface as the Core AI `Runner`, so gates and
+`ssmport logits --backend torch` treat both alike. The fp32 build of this module is tied to
+the plain reference loop by the tests, and the loop to independent implementations.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ssmport.architectures import LoadedModel
+from ssmport.errors import SsmportError
+from ssmport.quant import get_recipe
+from ssmport.quant.plan import WeightBuilder
+
+
+class TorchRunner:
+    def __init__(self, model: LoadedModel, recipe: str = "fp32", state_dtype: torch.dtype = torch.float32):
+        arch = model.architecture
+        self.builder = WeightBuilder(get_recipe(recipe), arch.keeps_float)
+        with torch.no_grad():
+            self.module = arch.build_decode(model.config, model.weights, self.builder, state_dtype).eval()
+        self.specs = arch.state_specs(model.config, state_dtype)
+        self.vocab_size = model.config.vocab_size
+        self.tokens: list[int] = []
+
+    def reset(self) -> None:
+        for spec in self.specs:
+            getattr(self.module, spec.name).zero_()
+        self.tokens = []
+
+    def step(self, token: int) -> np.ndarray:
+        if not 0 <= int(token) < self.vocab_size:
+            raise SsmportError(f"token id {token} is outside the vocabulary [0, {self.vocab_size})")
+        ids = torch.tensor([[token]], dtype=torch.int32)
+        pos = torch.tensor([[len(self.tokens)]], dtype=torch.int32)
+        with torch.no_grad():
+            logits = self.module(ids, pos)
+        self.tokens.append(int(token))
+        return logits.float().reshape(-1).numpy().copy()
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        rows = [self.step(t) for t in tokens]
+        return np.stack(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
+
+    def close(self) -> None:
+        del self.module
