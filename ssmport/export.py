@@ -107,8 +107,50 @@ def _build_bundle(
     recipe = get_recipe(quant)
     specs = arch.state_specs(cfg, state_dtype)
     builder = WeightBuilder(recipe, arch.keeps_float, on_store=stages.advance)
-    total = sum(math.prod(model.weights.shape(n)) for n in model.weights)
 
+    program, signature = convert(model, builder, state_dtype, stages)
+
+    with stages.stage("Writing asset"):
+        program.save_asset(out / ASSET)
+        del program
+        gc.collect()
+        tokenizer = _write_tokenizer(model, out)
+
+    plan = builder.plan_json()
+    manifest = {
+        "format": FORMAT,
+        "format_version": FORMAT_VERSION,
+        "ssmport_version": __version__,
+        "bundle_id": uuid.uuid4().hex,
+        "name": name,
+        "architecture": arch.name,
+        "config": cfg.to_json(),
+        "source": model.provenance,
+        "synthetic_weights": model.synthetic,
+        "recipe": {"name": recipe.name, "description": recipe.description, "state_dtype": dtype_name(state_dtype)},
+        "function": signature.function,
+        "inputs": [s.to_json() for s in signature.inputs],
+        "outputs": [s.to_json() for s in signature.outputs],
+        "states": [s.to_json() | {"layout": spec.layout} for s, spec in zip(signature.states, specs)],
+        "plan": {"summary": summarize_plan(plan), "tensors": plan},
+        "asset": {"path": ASSET, "bytes": dir_bytes(out / ASSET)},
+        "tokenizer": tokenizer,
+        "gate": None,
+        "export": {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
+    }
+    Bundle(out, manifest).save_manifest()
+    return manifest
+
+
+def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype, stages: Stages | None = None):
+    """Build the decode module under `builder`'s recipe and convert it to a Core AI program.
+
+    Returns (program, signature); the signature has been checked against the contract.
+    """
+    stages = stages or Stages(enabled=False)
+    arch, cfg = model.architecture, model.config
+    specs = arch.state_specs(cfg, state_dtype)
+    total = sum(math.prod(model.weights.shape(n)) for n in model.weights)
     with stages.stage("Building weights", total=total):
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
@@ -141,37 +183,7 @@ def _build_bundle(
         gc.collect()
         signature = parse_signature(program_ir(program))
         check_contract(signature, INPUT_NAMES, OUTPUT_NAMES, specs)
-
-    with stages.stage("Writing asset"):
-        program.save_asset(out / ASSET)
-        del program
-        gc.collect()
-        tokenizer = _write_tokenizer(model, out)
-
-    plan = builder.plan_json()
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "ssmport_version": __version__,
-        "bundle_id": uuid.uuid4().hex,
-        "name": name,
-        "architecture": arch.name,
-        "config": cfg.to_json(),
-        "source": model.provenance,
-        "synthetic_weights": model.synthetic,
-        "recipe": {"name": recipe.name, "description": recipe.description, "state_dtype": dtype_name(state_dtype)},
-        "function": signature.function,
-        "inputs": [s.to_json() for s in signature.inputs],
-        "outputs": [s.to_json() for s in signature.outputs],
-        "states": [s.to_json() | {"layout": spec.layout} for s, spec in zip(signature.states, specs)],
-        "plan": {"summary": summarize_plan(plan), "tensors": plan},
-        "asset": {"path": ASSET, "bytes": dir_bytes(out / ASSET)},
-        "tokenizer": tokenizer,
-        "gate": None,
-        "export": {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
-    }
-    Bundle(out, manifest).save_manifest()
-    return manifest
+    return program, signature
 
 
 def _check_buffers(module: torch.nn.Module, specs) -> None:

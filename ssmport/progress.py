@@ -15,7 +15,7 @@ class Stages:
 
     def __init__(self, enabled: bool = True):
         self.console = Console(stderr=True)
-        self.enabled = enabled
+        self.enabled = enabled and self.console.is_terminal  # logs and pipes get no bars
         self.times: dict[str, float] = {}
         self._progress = Progress(
             TextColumn("{task.description}"),
@@ -23,7 +23,8 @@ class Stages:
             TaskProgressColumn(),
             TimeElapsedColumn(),
             console=self.console,
-            disable=not enabled,
+            transient=True,  # cleared when done: the command's own summary lines remain
+            disable=not self.enabled,
         )
         self._task = None
 
@@ -40,9 +41,9 @@ class Stages:
         start = time.perf_counter()
         try:
             yield self
+            self._progress.update(self._task, completed=self._progress.tasks[self._task].total or 1)
         finally:
             self.times[name] = time.perf_counter() - start
-            self._progress.update(self._task, completed=self._progress.tasks[self._task].total or 1)
             self._task = None
 
     def advance(self, amount: float = 1) -> None:

@@ -1,0 +1,73 @@
+"""Shared fixtures: tiny checkpoints on disk and bundles exported once per session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """Lowered models go to a per-session cache, never the user's."""
+    os.environ["SSMPORT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+
+
+@pytest.fixture(scope="session")
+def dims() -> Dims:
+    return Dims()
+
+
+@pytest.fixture(scope="session")
+def files(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("files")
+
+
+@pytest.fixture(scope="session")
+def blinkdl_pth(files, dims) -> Path:
+    """fp32 BlinkDL .pth that carries layer 0's (unused) v0/v1/v2."""
+    return write_pth(files / "rwkv7-tiny-fp32.pth", blinkdl_state_dict(dims, seed=11, layer0_v=True))
+
+
+@pytest.fixture(scope="session")
+def blinkdl_bf16_pth(files, dims) -> Path:
+    """bf16 BlinkDL .pth without layer 0's v0/v1/v2."""
+    sd = blinkdl_state_dict(dims, seed=12, layer0_v=False, dtype=torch.bfloat16)
+    return write_pth(files / "rwkv7-tiny-bf16.pth", sd)
+
+
+@pytest.fixture(scope="session")
+def fla_folder(files, dims, blinkdl_pth) -> Path:
+    """The fp32 .pth's weights in fla's HF layout, as a 3-shard safetensors folder."""
+    config, tensors = fla_from_blinkdl(torch.load(blinkdl_pth, weights_only=True), dims)
+    return write_hf_folder(files / "rwkv7-tiny-fla", config, tensors, shards=3)
+
+
+@pytest.fixture(scope="session")
+def bundles(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("bundles")
+
+
+def _export(spec, out, **kw):
+    from ssmport.export import export
+
+    return export(str(spec), out, progress=False, **kw)
+
+
+@pytest.fixture(scope="session")
+def pth_fp32_bundle(blinkdl_pth, bundles):
+    return _export(blinkdl_pth, bundles, quant="fp32", gate_steps=6)
+
+
+@pytest.fixture(scope="session")
+def pth_fp16_bundle(blinkdl_pth, bundles):
+    return _export(blinkdl_pth, bundles, quant="fp16", gate_steps=6)
+
+
+@pytest.fixture(scope="session")
+def export_fn():
+    return _export

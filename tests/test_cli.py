@@ -1,0 +1,107 @@
+"""The command line: contracts other tools rely on, and one clean line per user error."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rwkv7_files import rwkv_package_logits
+from ssmport.cli.main import main
+
+TOKENS = [9, 8, 7, 300, 300, 1, 0, 42]
+
+
+def run_cli(capsys, *argv) -> tuple[int, str, str]:
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_logits_contract(pth_fp32_bundle, blinkdl_pth, tmp_path, capsys):
+    ids = tmp_path / "ids.txt"
+    ids.write_text("9, 8,7\n300 300,1\n\n0 42\n")  # commas and/or whitespace
+    out = tmp_path / "logits.npy"
+    code, stdout, _ = run_cli(capsys, "logits", pth_fp32_bundle.path, "--tokens-file", ids, "--out", out)
+    assert code == 0, stdout
+    got = np.load(out)
+    assert got.dtype == np.float32 and got.shape == (len(TOKENS), 320)
+    ref = rwkv_package_logits(blinkdl_pth, TOKENS).numpy()
+    assert np.abs(ref - got).max() < 2e-3
+    assert (ref.argmax(-1) == got.argmax(-1)).all()
+
+    torch_out = tmp_path / "torch.npy"
+    code, _, _ = run_cli(capsys, "logits", pth_fp32_bundle.path, "--tokens-file", ids, "--out", torch_out,
+                         "--backend", "torch")  # fmt: skip
+    assert code == 0
+    assert np.abs(np.load(torch_out) - got).max() < 1e-4
+
+
+def test_generate_ids_inspect_list(pth_fp32_bundle, capsys):
+    code, out, _ = run_cli(capsys, "generate", pth_fp32_bundle.path, "--tokens", "1,2,3", "-n", "5")
+    assert code == 0
+    ids = [int(x) for x in out.strip().split(",")]
+    assert len(ids) == 5 and all(0 <= i < 320 for i in ids)
+    code, out, _ = run_cli(capsys, "inspect", pth_fp32_bundle.path)
+    assert code == 0
+    for needle in ("recState", "shiftState", "input_ids", "position_ids", "logits", "gate: PASS", "analytic"):
+        assert needle in out
+    code, out, _ = run_cli(capsys, "list")
+    assert code == 0 and "rwkv7-1.5b" in out and "rwkv7-tiny" in out
+    code, out, _ = run_cli(capsys, "list", "--recipes")
+    assert code == 0 and "int8keepproj" in out
+
+
+def test_gate_command(pth_fp32_bundle, tmp_path, capsys):
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(map(str, TOKENS)))
+    code, out, _ = run_cli(capsys, "gate", pth_fp32_bundle.path, "--prompts", 2, "--steps", 4, "--tokens-file", ids)
+    assert code == 0 and out.startswith("PASS fp32: top-1 8/8")
+
+
+def test_gate_fails_with_exit_1_when_source_differs(pth_fp32_bundle, blinkdl_bf16_pth, capsys):
+    """Gating a bundle against other weights must fail (the gate can fail)."""
+    code, out, _ = run_cli(capsys, "gate", pth_fp32_bundle.path, "--weights", blinkdl_bf16_pth,
+                           "--prompts", 1, "--steps", 4)  # fmt: skip
+    assert code == 1 and out.startswith("FAIL")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["export", "/no/such/model.pth"], "neither a preset"),
+        (["export", "rwkv7-1.5b"], "--weights PATH"),
+        (["export", "rwkv7-tiny", "--weights", "x.pth", "--synthetic"], "not both"),
+        (["gate", "/no/such/bundle"], "not a bundle directory"),
+        (["inspect", "."], "not an ssmport bundle"),
+        (["tokenize", "/no/vocab.txt", "--text", "hi"], "no such vocab file"),
+    ],
+)
+def test_user_errors_are_one_line(capsys, argv, message):
+    code, out, err = run_cli(capsys, *argv)
+    assert code == 2
+    assert err.count("\n") == 1 and err.startswith("ssmport: error:") and message in err
+    assert "Traceback" not in err + out
+
+
+def test_bad_token_files(pth_fp32_bundle, tmp_path, capsys):
+    bad = tmp_path / "bad.txt"
+    for text, message in (("1, 2, x3", "'x3' is not an integer"), ("1 320", "outside the vocabulary"),
+                          ("", "no token ids")):  # fmt: skip
+        bad.write_text(text)
+        code, _, err = run_cli(capsys, "logits", pth_fp32_bundle.path, "--tokens-file", bad, "--out", tmp_path / "o.npy")
+        assert code == 2 and message in err and err.count("\n") == 1
+    assert not (tmp_path / "o.npy").exists()
+
+
+def test_console_script_no_traceback_and_clean_exit(tmp_path):
+    exe = shutil.which("ssmport") or str((__import__("pathlib").Path(sys.executable).parent / "ssmport"))
+    bad = tmp_path / "bad.pth"
+    bad.write_bytes(b"\x00" * 10)
+    proc = subprocess.run([exe, "export", str(bad), "-o", str(tmp_path / "out")], capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().startswith("ssmport: error:") and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

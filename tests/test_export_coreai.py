@@ -1,0 +1,159 @@
+"""Exported bundles, executed on the Core AI runtime, against independent references."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from rwkv7_files import rwkv_package_logits
+from ssmport.bundle import Bundle
+from ssmport.errors import SsmportError
+from ssmport.export import convert
+from ssmport.quant import get_recipe
+from ssmport.quant.plan import WeightBuilder
+from ssmport.runtime import Runner
+from ssmport.sources import load_checkpoint
+
+TOKENS = [1, 45, 45, 300, 7, 0, 19, 222, 5, 5, 5, 128, 64, 2, 319, 11]
+
+
+def coreai_logits(bundle_path, tokens) -> np.ndarray:
+    with Runner(bundle_path) as runner:
+        return runner.feed(tokens)
+
+
+def rel_err(ref, got) -> float:
+    ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
+    return float(np.abs(ref - got).max() / max(1.0, np.abs(ref).max()))
+
+
+def test_fp32_bundle_matches_blinkdl_package(pth_fp32_bundle, blinkdl_pth):
+    ours = coreai_logits(pth_fp32_bundle.path, TOKENS)
+    theirs = rwkv_package_logits(blinkdl_pth, TOKENS).numpy()
+    assert ours.dtype == np.float32 and ours.shape == (len(TOKENS), 320)
+    assert rel_err(theirs, ours) < 1e-4
+    assert np.abs(theirs - ours).max() < 2e-3
+    assert (theirs.argmax(-1) == ours.argmax(-1)).all()
+
+
+def test_bf16_checkpoint_bundle_matches_package(blinkdl_bf16_pth, bundles, export_fn):
+    result = export_fn(blinkdl_bf16_pth, bundles, quant="fp32", gate=False)
+    ours = coreai_logits(result.path, TOKENS)
+    theirs = rwkv_package_logits(blinkdl_bf16_pth, TOKENS).numpy()
+    assert rel_err(theirs, ours) < 1e-4
+    assert (theirs.argmax(-1) == ours.argmax(-1)).all()
+
+
+def test_fla_sharded_folder_bundle_matches_package(fla_folder, blinkdl_pth, bundles, export_fn):
+    result = export_fn(fla_folder, bundles, quant="fp32", gate=False)
+    assert result.manifest["source"]["kind"] == "hf"
+    ours = coreai_logits(result.path, TOKENS)
+    theirs = rwkv_package_logits(blinkdl_pth, TOKENS).numpy()
+    assert rel_err(theirs, ours) < 1e-4
+    assert (theirs.argmax(-1) == ours.argmax(-1)).all()
+
+
+def test_export_gate_recorded(pth_fp32_bundle):
+    m = pth_fp32_bundle.manifest
+    assert m["gate"]["passed"] and m["gate"]["steps"] == 6
+    transcript = json.loads((pth_fp32_bundle.path / "gate.json").read_text())
+    assert len(transcript["steps"]) == 6
+    assert transcript["summary"]["max_rel_logit_delta"] < 1e-4
+
+
+def test_contract_names_order_shapes_dtypes(pth_fp32_bundle, dims):
+    m = pth_fp32_bundle.manifest
+    L, H, N, C = dims.layers, dims.width // dims.head, dims.head, dims.width
+    assert [(t["name"], t["shape"], t["dtype"]) for t in m["inputs"]] == [
+        ("input_ids", [1, 1], "int32"),
+        ("position_ids", [1, 1], "int32"),
+    ]
+    assert [(t["name"], t["shape"], t["dtype"]) for t in m["states"]] == [
+        ("recState", [L, 1, H, N, N], "float32"),
+        ("shiftState", [L, 1, 2, C], "float32"),
+    ]
+    assert [(t["name"], t["shape"], t["dtype"]) for t in m["outputs"]] == [("logits", [1, 1, 320], "float32")]
+    with Runner(pth_fp32_bundle.path) as runner:  # what the runtime itself reports
+        d = runner._fn.desc
+        assert list(d.input_names) == ["input_ids", "position_ids"]
+        assert list(d.state_names) == ["recState", "shiftState"]
+        assert list(d.output_names) == ["logits"]
+
+
+@pytest.mark.parametrize("quant", ["fp32", "fp16"])
+def test_each_state_written_once_in_ir(blinkdl_pth, quant):
+    """Apple's GPU delegate keeps one write per state handle: count them in the IR."""
+    model = load_checkpoint(blinkdl_pth)
+    builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
+    program, _ = convert(model, builder, torch.float32)
+    ir = str(program)
+    header = re.search(r"coreai\.graph @main\((.*?)\) ->", ir, re.S).group(1)
+    handles = dict(re.findall(r'%(arg\d+): !coreai\.handle<[^{]*\{[^}]*coreai\.name = "(\w+)"', header))
+    assert sorted(handles.values()) == ["recState", "shiftState"]
+    for arg in handles:
+        assert len(re.findall(rf"coreai\.write_handle %{arg}\b", ir)) == 1
+
+
+def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):
+    m = pth_fp16_bundle.manifest
+    assert m["gate"]["passed"], m["gate"]
+    assert m["outputs"][0]["dtype"] == "float16"
+    assert {t["dtype"] for t in m["states"]} == {"float32"}
+    ours = coreai_logits(pth_fp16_bundle.path, TOKENS)
+    theirs = rwkv_package_logits(blinkdl_pth, TOKENS).numpy()
+    assert rel_err(theirs, ours) < get_recipe("fp16").gate.max_rel_logit_delta
+    assert 1e-4 < rel_err(theirs, ours)  # really fp16: not the fp32 graph by mistake
+
+
+def test_runner_state_lifecycle(pth_fp32_bundle):
+    with Runner(pth_fp32_bundle.path) as runner:
+        assert all(not runner.state(n).any() for n in runner.state_names)
+        first = runner.feed([5, 6, 7])
+        assert runner.tokens == [5, 6, 7]
+        assert runner.state("recState").any() and runner.state("shiftState").any()
+        runner.reset()
+        assert runner.tokens == [] and not runner.state("recState").any()
+        again = runner.feed([5, 6, 7])
+        np.testing.assert_array_equal(first, again)
+        with pytest.raises(SsmportError, match="outside the vocabulary"):
+            runner.step(320)
+
+
+def test_second_load_uses_cached_lowering(pth_fp32_bundle):
+    import time
+
+    Runner(pth_fp32_bundle.path).close()  # ensure lowered
+    start = time.perf_counter()
+    runner = Runner(pth_fp32_bundle.path)
+    elapsed = time.perf_counter() - start
+    assert not runner.lowered_now
+    runner.close()
+    assert elapsed < 1.0
+
+
+def test_existing_bundle_refused_without_overwrite(blinkdl_pth, pth_fp32_bundle, export_fn):
+    before = (pth_fp32_bundle.path / "manifest.json").read_text()
+    with pytest.raises(SsmportError, match="already exists"):
+        export_fn(blinkdl_pth, pth_fp32_bundle.path.parent, quant="fp32", gate=False)
+    assert (pth_fp32_bundle.path / "manifest.json").read_text() == before
+
+
+def test_failed_export_leaves_nothing(tmp_path, export_fn, monkeypatch):
+    import ssmport.export as export_module
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated converter crash")
+
+    monkeypatch.setattr(export_module, "convert", boom)
+    with pytest.raises(RuntimeError):
+        export_fn("rwkv7-tiny", tmp_path, gate=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bundle_open_rejects_non_bundles(tmp_path):
+    with pytest.raises(SsmportError, match="not an ssmport bundle"):
+        Bundle.open(tmp_path)
