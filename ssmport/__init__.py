@@ -8,28 +8,32 @@ Library use::
         logits = runner.step(1)
 
 New architectures plug in with `ssmport.register_architecture(...)` (see docs/architecture.md).
+Heavy modules (torch, coreai) are imported on first use, so `import ssmport.tokenizers`
+stays light.
 """
 
 from ssmport._quiet import silence_version_warning
+from ssmport.errors import BundleError, CheckpointError, SsmportError
 
 __version__ = "0.1.0"
 
 silence_version_warning()  # coreai-torch misreads torch "2.13.0+cpu" as newer than 2.13.0
 
-from ssmport.architectures import (  # noqa: E402
-    Architecture,
-    LoadedModel,
-    Preset,
-    architectures,
-    get_architecture,
-    presets,
-    register_architecture,
-)
-from ssmport.errors import BundleError, CheckpointError, SsmportError  # noqa: E402
+_FROM_ARCHITECTURES = (
+    "Architecture", "LoadedModel", "Preset", "architectures", "get_architecture", "presets", "register_architecture",
+)  # fmt: skip
+
+
+def __getattr__(name: str):
+    if name in _FROM_ARCHITECTURES:
+        import ssmport.architectures as architectures_module
+
+        return getattr(architectures_module, name)
+    raise AttributeError(f"module 'ssmport' has no attribute {name!r}")
 
 
 def export(spec, out="out", **kwargs):
-    """Export a preset or checkpoint to a bundle; see `ssmport.export.export`."""
+    """Export a preset, checkpoint path or LoadedModel to a bundle; see `ssmport.export.export`."""
     from ssmport.export import export as _export
 
     return _export(spec, out, **kwargs)
@@ -42,11 +46,11 @@ def load(bundle):
     return Runner(bundle)
 
 
-def load_model(spec, weights=None, synthetic=False, seed=0):
+def load_model(spec, weights=None, synthetic=False, seed=0, vocab=None):
     """Resolve a preset or checkpoint to a `LoadedModel` (config + canonical weights)."""
     from ssmport.sources import load_model as _load_model
 
-    return _load_model(spec, weights=weights, synthetic=synthetic, seed=seed)
+    return _load_model(spec, weights=weights, synthetic=synthetic, seed=seed, vocab=vocab)
 
 
 __all__ = [

@@ -15,9 +15,6 @@ from ssmport.state import StateSpec
 
 _IR_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "si32": "int32", "si64": "int64",
               "si8": "int8", "ui8": "uint8"}  # fmt: skip
-_GRAPH = re.compile(r"coreai\.graph @(\w+)\((.*?)\) -> \((.*?)\) attributes", re.S)
-_ARG = re.compile(r'%(\w+): (!coreai\.handle<)?tensor<([^>]*)>>? \{([^}]*)\}')
-_RESULT = re.compile(r'(?:tensor<([^>]*)>|!coreai\.token) \{coreai\.name = "([^"]+)"\}')
 _NAME = re.compile(r'coreai\.name = "([^"]+)"')
 
 
@@ -41,37 +38,60 @@ class GraphSignature:
 
 
 def _parse_type(text: str) -> tuple[tuple[int, ...], str]:
-    *dims, elem = text.split("x")
+    """`tensor<2x1x8xf32>` or `!coreai.handle<tensor<2x1x8xf32>>` -> ((2, 1, 8), "float32")."""
+    inner = re.search(r"tensor<([^>]*)>", text).group(1)
+    *dims, elem = inner.split("x")
     return tuple(int(d) for d in dims), _IR_DTYPES.get(elem, elem)
 
 
-def program_ir(program) -> str:
-    """The program's text with large constants elided (safe to build for a 3B model)."""
-    return program._module._mlir_module.operation.get_asm(large_elements_limit=16)
+def _names(attr) -> list[str]:
+    return [_NAME.search(str(a)).group(1) for a in attr]
 
 
-def parse_signature(ir: str, function: str = "main") -> GraphSignature:
-    for m in _GRAPH.finditer(ir):
-        if m.group(1) == function:
+def read_signature(program, function: str = "main") -> GraphSignature:
+    """Read a converted program's interface by walking its IR (never printing it: the text
+    of a multi-GB program costs gigabytes of memory even with constants elided)."""
+    graph = None
+    for op in program._module._mlir_module.body.operations:
+        o = op.operation
+        if o.name == "coreai.graph" and str(o.attributes["sym_name"]).strip('"') == function:
+            graph = o
             break
-    else:
+    if graph is None:
         raise SsmportError(f"graph @{function} not found in the converted program")
-    inputs, states, handles = [], [], {}
-    for arg in _ARG.finditer(m.group(2)):
-        ssa, is_handle, type_text, attrs = arg.groups()
-        name = _NAME.search(attrs).group(1)
-        sig = TensorSig(name, *_parse_type(type_text))
-        if is_handle:
+    block = graph.regions[0].blocks[0]
+    arg_names = _names(graph.attributes["arg_attrs"])
+    inputs, states, handles = [], [], []
+    for arg, name in zip(block.arguments, arg_names):
+        sig = TensorSig(name, *_parse_type(str(arg.type)))
+        if str(arg.type).startswith("!coreai.handle"):
             states.append(sig)
-            handles[ssa] = name
+            handles.append((arg, name))
         else:
             inputs.append(sig)
+    result_types = re.findall(r"(tensor<[^>]*>|!coreai\.token)", str(graph.attributes["function_type"]).split("->", 1)[1])
     outputs = [
-        TensorSig(name, *_parse_type(type_text)) for type_text, name in _RESULT.findall(m.group(3)) if type_text
+        TensorSig(name, *_parse_type(t))
+        for t, name in zip(result_types, _names(graph.attributes["res_attrs"]))
+        if t.startswith("tensor")
     ]
-    body = ir[m.end():]
-    writes = {name: len(re.findall(rf"coreai\.write_handle %{ssa}\b", body)) for ssa, name in handles.items()}
+    writes = {name: 0 for _, name in handles}
+    for inner in _walk(block):
+        if inner.name == "coreai.write_handle":
+            target = inner.operands[0]
+            for arg, name in handles:
+                if target == arg:
+                    writes[name] += 1
     return GraphSignature(function, tuple(inputs), tuple(states), tuple(outputs), writes)
+
+
+def _walk(block):
+    for op in block.operations:
+        o = op.operation
+        yield o
+        for region in o.regions:
+            for inner in region.blocks:
+                yield from _walk(inner)
 
 
 def check_contract(

@@ -13,6 +13,7 @@ Everything is built in a temp directory beside the target, so a failure leaves n
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import math
 import resource
@@ -30,7 +31,7 @@ from ssmport._quiet import python_stdout_captured
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, FORMAT, FORMAT_VERSION, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
-from ssmport.contract import check_contract, parse_signature, program_ir
+from ssmport.contract import check_contract, read_signature
 from ssmport.errors import SsmportError
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
@@ -57,7 +58,7 @@ def default_quant(model: LoadedModel) -> str:
 
 
 def export(
-    spec: str,
+    spec: str | Path | LoadedModel,
     out: str | Path,
     *,
     quant: str | None = None,
@@ -65,13 +66,15 @@ def export(
     weights: str | Path | None = None,
     synthetic: bool = False,
     seed: int = 0,
+    vocab: str | Path | None = None,
     name: str | None = None,
     overwrite: bool = False,
     gate: bool = True,
     gate_steps: int = EXPORT_GATE_STEPS,
     progress: bool = True,
 ) -> ExportResult:
-    """Export `spec` (preset or checkpoint path) as a bundle under directory `out`."""
+    """Export `spec` (preset, checkpoint path, or an already loaded model) as a bundle
+    under directory `out`."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -80,7 +83,10 @@ def export(
         get_recipe(quant)  # fail on a bad name before any loading
     with Stages(enabled=progress) as stages:
         with stages.stage("Reading checkpoint"):
-            model = load_model(spec, weights=weights, synthetic=synthetic, seed=seed)
+            if isinstance(spec, LoadedModel):
+                model = spec
+            else:
+                model = load_model(str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab)
         recipe = get_recipe(quant or default_quant(model))
         final = Path(out) / (name or f"{model.name}-{recipe.name}")
         with staged_directory(final, overwrite) as tmp:
@@ -113,7 +119,7 @@ def _build_bundle(
     with stages.stage("Writing asset"):
         program.save_asset(out / ASSET)
         del program
-        gc.collect()
+        _return_freed_memory()
         tokenizer = _write_tokenizer(model, out)
 
     plan = builder.plan_json()
@@ -155,6 +161,7 @@ def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
     _check_buffers(module, specs)
+    _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
         import coreai_torch
@@ -180,8 +187,8 @@ def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype
                 .to_coreai()
             )
         del ep, module
-        gc.collect()
-        signature = parse_signature(program_ir(program))
+        _return_freed_memory()
+        signature = read_signature(program)
         check_contract(signature, INPUT_NAMES, OUTPUT_NAMES, specs)
     return program, signature
 
@@ -196,11 +203,32 @@ def _check_buffers(module: torch.nn.Module, specs) -> None:
 def _write_tokenizer(model: LoadedModel, out: Path) -> dict | None:
     if model.vocab_path is None:
         return None
-    from ssmport.tokenizers import export_vocab_tsv
+    from ssmport.tokenizers import WorldTokenizer, export_vocab_tsv
 
+    tokenizer = WorldTokenizer.from_file(model.vocab_path)
+    if tokenizer.vocab_size > model.config.vocab_size:
+        raise SsmportError(
+            f"{model.vocab_path}: vocab ids reach {tokenizer.vocab_size - 1}, beyond the model's "
+            f"{model.config.vocab_size}-row embedding; pass the model's own vocab with --vocab"
+        )
     (out / TOKENIZER_DIR).mkdir()
-    info = export_vocab_tsv(model.vocab_path, out / TOKENIZER_DIR / "vocab.tsv")
-    return {"kind": "rwkv-world", "path": f"{TOKENIZER_DIR}/vocab.tsv", "sha256": info.sha256, "entries": info.entries}
+    info = export_vocab_tsv(tokenizer, out / TOKENIZER_DIR / "vocab.tsv")
+    return {
+        "kind": "rwkv-world",
+        "path": f"{TOKENIZER_DIR}/vocab.tsv",
+        "sha256": info.sha256,
+        "entries": info.entries,
+        "origin": model.vocab_origin,
+    }
+
+
+def _return_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc keeps them otherwise)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass
 
 
 def _peak_rss_mb() -> float:

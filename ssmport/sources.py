@@ -22,8 +22,27 @@ def load_model(
     weights: str | Path | None = None,
     synthetic: bool = False,
     seed: int = DEFAULT_SEED,
+    vocab: str | Path | None = None,
 ) -> LoadedModel:
-    """Resolve `spec` (preset name or checkpoint path) to a model ready to build."""
+    """Resolve `spec` (preset name or checkpoint path) to a model ready to build.
+
+    The tokenizer vocab is, in order: `vocab`, a vocab file next to the checkpoint, or
+    the architecture's default for this config (RWKV World models: the bundled vocab).
+    """
+    model = _resolve(spec, weights, synthetic, seed)
+    if vocab is not None:
+        path = Path(vocab).expanduser()
+        if not path.is_file():
+            raise SsmportError(f"--vocab {vocab}: no such file")
+        model.vocab_path, model.vocab_origin = path, "--vocab"
+    elif model.vocab_path is None:
+        default = model.architecture.default_vocab(model.config)
+        if default is not None:
+            model.vocab_path, model.vocab_origin = default
+    return model
+
+
+def _resolve(spec: str, weights, synthetic: bool, seed: int) -> LoadedModel:
     known = presets()
     if spec in known:
         preset = known[spec]
@@ -76,8 +95,8 @@ def load_checkpoint(path: Path) -> LoadedModel:
                 config=config,
                 weights=weights,
                 provenance={"kind": "pth", "path": str(path.resolve())},
-                vocab_path=_vocab_next_to(path.parent),
                 name=_slug(path.stem),
+                **_vocab_next_to(path.parent),
             )
     raise CheckpointError(f"{path}: no registered architecture recognises this checkpoint's tensor names")
 
@@ -101,8 +120,8 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
                 config=config,
                 weights=weights,
                 provenance={"kind": "hf", "path": str(folder.resolve())},
-                vocab_path=_vocab_next_to(folder),
                 name=_slug(folder.name),
+                **_vocab_next_to(folder),
             )
     raise CheckpointError(
         f"{folder}: model_type {model_type!r} is not supported; available: "
@@ -121,10 +140,11 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
         raise CheckpointError(f"{model.provenance.get('path')}: does not match preset {preset.name}: {', '.join(diffs)}")
 
 
-def _vocab_next_to(folder: Path) -> Path | None:
+def _vocab_next_to(folder: Path) -> dict:
     from ssmport.tokenizers import find_vocab
 
-    return find_vocab(folder)
+    found = find_vocab(folder)
+    return {"vocab_path": found, "vocab_origin": "next to checkpoint"} if found else {}
 
 
 def _slug(text: str) -> str:

@@ -71,3 +71,11 @@ def pth_fp16_bundle(blinkdl_pth, bundles):
 @pytest.fixture(scope="session")
 def export_fn():
     return _export
+
+
+@pytest.fixture
+def scratch_bundle(pth_fp32_bundle, tmp_path):
+    """A private copy of the fp32 bundle, for tests that rewrite its gate record."""
+    import shutil
+
+    return shutil.copytree(pth_fp32_bundle.path, tmp_path / pth_fp32_bundle.path.name)

@@ -55,16 +55,18 @@ def test_generate_ids_inspect_list(pth_fp32_bundle, capsys):
     assert code == 0 and "int8keepproj" in out
 
 
-def test_gate_command(pth_fp32_bundle, tmp_path, capsys):
+def test_gate_command(scratch_bundle, tmp_path, capsys):
     ids = tmp_path / "ids.txt"
     ids.write_text(" ".join(map(str, TOKENS)))
-    code, out, _ = run_cli(capsys, "gate", pth_fp32_bundle.path, "--prompts", 2, "--steps", 4, "--tokens-file", ids)
+    code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--tokens-file", ids)
     assert code == 0 and out.startswith("PASS fp32: top-1 8/8")
+    code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--prompts", 2, "--steps", 5, "--json")
+    assert code == 0 and '"steps": 10' in out
 
 
-def test_gate_fails_with_exit_1_when_source_differs(pth_fp32_bundle, blinkdl_bf16_pth, capsys):
+def test_gate_fails_with_exit_1_when_source_differs(scratch_bundle, blinkdl_bf16_pth, capsys):
     """Gating a bundle against other weights must fail (the gate can fail)."""
-    code, out, _ = run_cli(capsys, "gate", pth_fp32_bundle.path, "--weights", blinkdl_bf16_pth,
+    code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--weights", blinkdl_bf16_pth,
                            "--prompts", 1, "--steps", 4)  # fmt: skip
     assert code == 1 and out.startswith("FAIL")
 

@@ -51,6 +51,7 @@ class LoadedModel:
     weights: TensorSource
     provenance: dict[str, Any]  # kind, path / preset / seed; copied into the manifest
     vocab_path: Path | None = None
+    vocab_origin: str | None = None  # "next to checkpoint" | "--vocab" | "bundled ..."
     name: str = "model"
 
     @property
@@ -114,6 +115,10 @@ class Architecture(ABC):
     @abstractmethod
     def reference(self, config: ArchConfig, weights: TensorSource) -> ReferenceModel:
         """The plain fp32 reference loop."""
+
+    def default_vocab(self, config: ArchConfig) -> tuple[Path, str] | None:
+        """(vocab file, origin) to attach when none sits next to the checkpoint."""
+        return None
 
     @abstractmethod
     def keeps_float(self, name: str) -> bool:

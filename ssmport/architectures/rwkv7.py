@@ -20,7 +20,7 @@ import math
 import re
 import zlib
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
@@ -37,6 +37,7 @@ DECAY_SCALE = math.exp(-0.5)  # w = exp(-DECAY_SCALE * sigmoid(.)) keeps each de
 BLINKDL_LN_X_EPS = 64e-5  # BlinkDL's GroupNorm eps (= 1e-5 * head_size_divisor**2, divisor 8)
 MIX_NAMES = ("r", "w", "k", "v", "a", "g")  # the six token-shift mixes x_r .. x_g
 
+WORLD_VOCAB_ROWS = 65536
 REC_STATE = "recState"
 SHIFT_STATE = "shiftState"
 
@@ -93,7 +94,7 @@ def _lora_dims(c: int) -> dict[str, int]:
 
 def _preset(name: str, layers: int, width: int, description: str, released: bool = True, **extra) -> Preset:
     config = {
-        "vocab_size": 65536,
+        "vocab_size": WORLD_VOCAB_ROWS,
         "hidden_size": width,
         "num_layers": layers,
         "head_size": 64,
@@ -113,7 +114,7 @@ PRESETS = (
         "rwkv7-tiny",
         "rwkv7",
         {
-            "vocab_size": 65536,
+            "vocab_size": WORLD_VOCAB_ROWS,
             "hidden_size": 128,
             "num_layers": 2,
             "head_size": 32,
@@ -650,8 +651,15 @@ class _RWKV7(Architecture):
     def keeps_float(self, name: str) -> bool:
         return _role(name) in KEEP_FLOAT_ROLES
 
-    def with_config(self, preset_config: Mapping[str, Any], **overrides) -> RWKV7Config:
-        return replace(RWKV7Config(**preset_config), **overrides)
+    def default_vocab(self, config: RWKV7Config):
+        # Every RWKV-7 World model (65,536-row embedding) uses rwkv_vocab_v20230424;
+        # BlinkDL's .pth releases ship without it.
+        if config.vocab_size == WORLD_VOCAB_ROWS:
+            from ssmport.tokenizers import BUNDLED_WORLD_VOCAB
+
+            return BUNDLED_WORLD_VOCAB, "bundled rwkv_vocab_v20230424 (World models)"
+        return None
+
 
 
 def _describe(cfg: RWKV7Config) -> str:

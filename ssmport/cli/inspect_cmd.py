@@ -59,7 +59,10 @@ def run(args) -> int:
             block = f" block {e['block']}" if e["block"] else ""
             print(f"    {e['name']:40} {e['role']:10} {str(e['shape']):16} {e['dtype']}{block} {human_bytes(e['bytes'])}")
     tok = m.get("tokenizer")
-    print(f"tokenizer: {tok['path']} ({tok['entries']} entries, sha256 {tok['sha256'][:16]}…)" if tok else "tokenizer: none")
+    if tok:
+        print(f"tokenizer: {tok['path']} ({tok['entries']} entries, sha256 {tok['sha256'][:16]}…, {tok['origin']})")
+    else:
+        print("tokenizer: none")
     ex = m.get("export", {})
     if "seconds" in ex:
         print(f"export: {ex['seconds']} s, peak RSS {ex['peak_rss_mb']} MB")

@@ -1,0 +1,43 @@
+"""Tokenizers for the models ssmport ports.
+
+RWKV World (RWKV-4 World through RWKV-7): :class:`WorldTokenizer`, greedy
+longest match over UTF-8 bytes, id-exact with the reference ``TRIE_TOKENIZER``.
+"""
+
+from .corpus import build_corpus, verification_corpus
+from .vocab_files import (
+    BUNDLED_WORLD_VOCAB,
+    VOCAB_FILENAMES,
+    VocabError,
+    detect_vocab_format,
+    find_vocab,
+    load_vocab,
+    parse_vocab,
+    parse_vocab_tsv,
+    parse_vocab_txt,
+    vocab_tsv_bytes,
+)
+from .vocab_tsv import VocabExportInfo, VocabVerificationError, export_vocab_tsv, verify_vocab_tsv
+from .world import StreamDecoder, TokenizerError, WorldTokenizer
+
+__all__ = [
+    "BUNDLED_WORLD_VOCAB",
+    "VOCAB_FILENAMES",
+    "StreamDecoder",
+    "TokenizerError",
+    "VocabError",
+    "VocabExportInfo",
+    "VocabVerificationError",
+    "WorldTokenizer",
+    "build_corpus",
+    "detect_vocab_format",
+    "export_vocab_tsv",
+    "find_vocab",
+    "load_vocab",
+    "parse_vocab",
+    "parse_vocab_tsv",
+    "parse_vocab_txt",
+    "verification_corpus",
+    "verify_vocab_tsv",
+    "vocab_tsv_bytes",
+]

@@ -1,0 +1,333 @@
+"""RWKV World tokenizer: greedy longest match over UTF-8 bytes.
+
+Semantics (identical to the reference ``rwkv.rwkv_tokenizer.TRIE_TOKENIZER``):
+starting at byte 0, take the longest vocab token that is a prefix of the
+remaining input, emit its id, continue after it.  Byte strings are unique, so
+there are no ties.  This is not BPE and not an optimal segmentation: a longer
+first token always wins even if it forces more tokens later.
+
+Speed: the obvious pure-Python trie walk costs several bytecodes per input
+byte.  Instead the vocab trie is compiled once into a regular expression in
+which every trie node is an alternation over its children, with an empty
+alternative last when the node itself is a token, e.g. tokens
+``a, ab, abc, b`` give ``(?:a(?:b(?:c|)|)|b)``.  Children start with distinct
+bytes, so at most one alternative can match and backtracking returns to the
+deepest token node on the walked path: ``findall`` yields exactly the greedy
+longest-match tokens, with the walking done by the stdlib ``re`` engine in C.
+The engine tries alternatives one after another, so their order matters for
+speed (never for the result): children that are tokens with nothing below
+them are merged into one character class tried first (one bitmap test; makes
+lone bytes such as stray UTF-8 continuation bytes cheap), then the other
+children by subtree size, a rough proxy for how often a byte comes next.
+"""
+
+from __future__ import annotations
+
+import bisect
+import codecs
+import hashlib
+import re
+import threading
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+from ssmport.errors import SsmportError
+
+from .vocab_files import (
+    MAX_TOKEN_ID,
+    VocabError,
+    find_vocab,
+    load_vocab,
+    vocab_tsv_bytes,
+)
+
+# Input is matched in windows of this many bytes so that the intermediate list
+# of matched byte strings stays small for huge inputs.
+_CHUNK_BYTES = 1 << 20
+
+_ESCAPED = [re.escape(bytes((b,))) for b in range(256)]
+
+
+class TokenizerError(SsmportError, ValueError):
+    """Encoding or decoding failed (unknown id, input the vocab cannot cover, ...)."""
+
+
+def _byte_class(values: list[int]) -> bytes:
+    if len(values) == 1:
+        return _ESCAPED[values[0]]
+    return b"[" + b"".join(_ESCAPED[b] for b in sorted(values)) + b"]"
+
+
+def _trie_regex_source(tokens: Iterable[bytes]) -> bytes:
+    """Regex source whose leftmost match at any position is the longest token
+    that prefixes the input there (see the module docstring).
+
+    A final ``|.`` alternative consumes one byte where no token matches, so that
+    ``findall`` leaves no gaps and the caller can report the offending byte.
+    """
+    toks = sorted(tokens)
+    out: list[bytes] = []
+
+    def node(lo: int, hi: int, depth: int) -> None:
+        # toks[lo:hi] are the tokens sharing the prefix toks[lo][:depth], which
+        # has already been matched.  Emits the pattern for the rest.
+        while True:
+            terminal = len(toks[lo]) == depth  # sorted: the prefix itself comes first
+            start = lo + 1 if terminal else lo
+            branches: list[tuple[int, int, int, int]] = []  # (-size, byte, lo, hi)
+            leaves: list[int] = []  # children that are tokens with nothing below
+            i = start
+            while i < hi:
+                byte = toks[i][depth]
+                j = hi if byte == 255 else bisect.bisect_left(toks, toks[i][:depth] + bytes((byte + 1,)), i, hi)
+                if j - i == 1 and len(toks[i]) == depth + 1:
+                    leaves.append(byte)
+                else:
+                    branches.append((i - j, byte, i, j))
+                i = j
+            if not branches and not leaves:
+                return
+            if not terminal and not leaves and len(branches) == 1:
+                # A plain chain of bytes: no group needed, and no recursion, so
+                # long tokens do not nest.
+                _, byte, lo, hi = branches[0]
+                out.append(_ESCAPED[byte])
+                depth += 1
+                continue
+            break
+        if terminal and not branches:
+            out.append(_byte_class(leaves) + b"?")
+            return
+        out.append(b"(?:")
+        if leaves:
+            out.append(_byte_class(leaves))
+        for k, (_, byte, i, j) in enumerate(sorted(branches)):
+            if k or leaves:
+                out.append(b"|")
+            out.append(_ESCAPED[byte])
+            node(i, j, depth + 1)
+        out.append(b"|)" if terminal else b")")
+
+    if toks:
+        node(0, len(toks), 0)
+        out.append(b"|")
+    out.append(b".")
+    return b"".join(out)
+
+
+class WorldTokenizer:
+    """RWKV World tokenizer over an ``{id: token bytes}`` table.
+
+    ``encode`` gives exactly the ids of the reference ``TRIE_TOKENIZER``.
+    The matching regex is compiled lazily on the first ``encode`` (about a
+    second for the 65,529-entry World vocab); decoding never needs it.
+    """
+
+    def __init__(self, id_to_bytes: Mapping[int, bytes], *, source: str | Path | None = None):
+        """``id_to_bytes``: unique non-empty byte strings keyed by ids >= 0."""
+        self.source = None if source is None else str(source)
+        table: dict[int, bytes] = {}
+        to_id: dict[bytes, int] = {}
+        for token_id, token in sorted(id_to_bytes.items()):
+            if type(token_id) is not int or not 0 <= token_id <= MAX_TOKEN_ID:
+                raise VocabError(f"invalid token id {token_id!r}", path=source)
+            if not isinstance(token, bytes) or not token:
+                raise VocabError(f"token id {token_id} must map to non-empty bytes, got {token!r}", path=source)
+            if token in to_id:
+                raise VocabError(
+                    f"token ids {to_id[token]} and {token_id} have the same bytes {token!r}", path=source
+                )
+            table[token_id] = token
+            to_id[token] = token_id
+        if not table:
+            raise VocabError("vocab is empty", path=source)
+        self._id_to_bytes = table
+        self._bytes_to_id = to_id
+        self._max_token_len = max(map(len, to_id))
+        self._regex: re.Pattern[bytes] | None = None
+        self._regex_lock = threading.Lock()
+        self._fingerprint: str | None = None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> WorldTokenizer:
+        """Load ``rwkv_vocab_*.txt`` or an exported ``vocab.tsv`` (format detected
+        from the content).  A directory is searched with :func:`find_vocab`."""
+        path = Path(path)
+        if path.is_dir():
+            found = find_vocab(path)
+            if found is None:
+                raise VocabError("no RWKV World vocab file in this directory", path=path)
+            path = found
+        return cls(load_vocab(path), source=path)
+
+    # -- table access -------------------------------------------------------
+
+    @property
+    def vocab_size(self) -> int:
+        """Largest id + 1 (65530 for the World vocab, whose ids are 1..65529)."""
+        return next(reversed(self._id_to_bytes)) + 1
+
+    @property
+    def id_to_bytes(self) -> Mapping[int, bytes]:
+        """Read-only ``{id: token bytes}``, in ascending id order."""
+        return MappingProxyType(self._id_to_bytes)
+
+    @property
+    def max_token_length(self) -> int:
+        """Length in bytes of the longest token (128 for the World vocab)."""
+        return self._max_token_len
+
+    def token_to_id(self, token: bytes) -> int | None:
+        """Id of an exact token byte string, or ``None``."""
+        return self._bytes_to_id.get(token)
+
+    def fingerprint(self) -> str:
+        """sha256 hex digest of the canonical id -> bytes table.
+
+        Defined as the sha256 of the canonical ``vocab.tsv`` serialization, so
+        it equals the sha256 of a file written by ``export_vocab_tsv``.
+        """
+        if self._fingerprint is None:
+            self._fingerprint = hashlib.sha256(vocab_tsv_bytes(self._id_to_bytes)).hexdigest()
+        return self._fingerprint
+
+    def __repr__(self) -> str:
+        return f"WorldTokenizer(entries={len(self._id_to_bytes)}, vocab_size={self.vocab_size}, source={self.source!r})"
+
+    # -- encoding -----------------------------------------------------------
+
+    def warm_up(self) -> WorldTokenizer:
+        """Compile the matcher now instead of on the first ``encode``."""
+        self._matcher()
+        return self
+
+    def _matcher(self) -> re.Pattern[bytes]:
+        if self._regex is None:
+            with self._regex_lock:
+                if self._regex is None:
+                    source = _trie_regex_source(self._bytes_to_id)
+                    try:
+                        self._regex = re.compile(source, re.DOTALL)
+                    except RecursionError:
+                        raise TokenizerError(
+                            "vocab trie is nested too deeply for the regex-based encoder "
+                            f"(longest token {self._max_token_len} bytes)"
+                        ) from None
+        return self._regex
+
+    def encode(self, text: str | bytes) -> list[int]:
+        """Token ids for ``text``: a ``str`` is UTF-8 encoded first; any byte
+        string (invalid UTF-8 included) encodes as long as the vocab covers it
+        (the World vocab has all 256 single bytes)."""
+        if isinstance(text, str):
+            data = text.encode("utf-8")
+        elif isinstance(text, (bytes, bytearray, memoryview)):
+            data = bytes(text)
+        else:
+            raise TypeError(f"encode() takes str or bytes, not {type(text).__name__}")
+        matcher = self._matcher()
+        lookup = self._bytes_to_id.__getitem__
+        # A match starting at p reads at most data[p : p + max_token_len], so in
+        # a window ending at `end` the matches starting at or before
+        # end - max_token_len are final; the rest is re-matched in the next window.
+        chunk = max(_CHUNK_BYTES, 4 * self._max_token_len)
+        ids: list[int] = []
+        pos, n = 0, len(data)
+        while pos < n:
+            end = min(n, pos + chunk)
+            pieces = matcher.findall(data, pos, end)
+            stop = end
+            if end < n:
+                limit = end - self._max_token_len
+                while stop - len(pieces[-1]) > limit:
+                    stop -= len(pieces.pop())
+            try:
+                ids.extend(map(lookup, pieces))
+            except KeyError:
+                raise self._not_encodable(data, pos, pieces) from None
+            pos = stop
+        return ids
+
+    def _not_encodable(self, data: bytes, pos: int, pieces: list[bytes]) -> TokenizerError:
+        for piece in pieces:
+            if piece not in self._bytes_to_id:
+                return TokenizerError(
+                    f"cannot encode byte 0x{data[pos]:02x} at offset {pos}: "
+                    "no vocab token matches the input there"
+                )
+            pos += len(piece)
+        return TokenizerError("internal error: unmatched piece not found")  # pragma: no cover
+
+    # -- decoding -----------------------------------------------------------
+
+    def decode(self, ids: Iterable[int]) -> bytes:
+        """Concatenated token bytes.  Unknown ids (including 0 for the World
+        vocab) raise :class:`TokenizerError`."""
+        ids = ids if isinstance(ids, (list, tuple)) else list(ids)
+        try:
+            return b"".join(map(self._id_to_bytes.__getitem__, ids))
+        except (KeyError, TypeError):
+            raise self._unknown_id(ids) from None
+
+    def decode_text(self, ids: Iterable[int]) -> str:
+        """``decode`` as text; invalid UTF-8 becomes U+FFFD (``errors="replace"``)."""
+        return self.decode(ids).decode("utf-8", errors="replace")
+
+    def _unknown_id(self, ids: list[int] | tuple[int, ...]) -> TokenizerError:
+        for position, token_id in enumerate(ids):
+            try:
+                self._id_to_bytes[token_id]
+            except (KeyError, TypeError):
+                return TokenizerError(
+                    f"unknown token id {token_id!r} at position {position} "
+                    f"(vocab has {len(self._id_to_bytes)} ids, vocab_size {self.vocab_size})"
+                )
+        return TokenizerError("internal error: unknown id not found")  # pragma: no cover
+
+    def stream(self) -> StreamDecoder:
+        """A fresh :class:`StreamDecoder` for printing ids as they are generated."""
+        return StreamDecoder(self)
+
+
+class StreamDecoder:
+    """Incremental id -> text decoding for streaming output.
+
+    ``feed(id)`` returns the text completed so far ('' while a multi-byte
+    character is still split across tokens); ``flush()`` returns the rest.
+    Invalid bytes become U+FFFD as soon as they are known to be invalid.
+    For any id sequence, ``"".join(feed(i) for i in ids) + flush()`` equals
+    ``tokenizer.decode_text(ids)`` exactly, because CPython's incremental
+    UTF-8 decoder only holds back a trailing *valid* incomplete sequence and
+    otherwise makes the same replacement decisions as a one-shot decode.
+    """
+
+    def __init__(self, tokenizer: WorldTokenizer):
+        self._id_to_bytes = tokenizer._id_to_bytes
+        self._tokenizer = tokenizer
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+
+    def feed(self, token_id: int) -> str:
+        """Add one id; return newly completed text.  An unknown id raises
+        :class:`TokenizerError` and leaves the state unchanged."""
+        try:
+            token = self._id_to_bytes[token_id]
+        except (KeyError, TypeError):
+            raise self._tokenizer._unknown_id([token_id]) from None
+        return self._decoder.decode(token)
+
+    def flush(self) -> str:
+        """End of stream: return the remaining text (an incomplete trailing
+        sequence becomes U+FFFD) and reset for reuse."""
+        text = self._decoder.decode(b"", final=True)
+        self._decoder.reset()
+        return text
+
+    def reset(self) -> None:
+        """Drop any held-back bytes."""
+        self._decoder.reset()
+
+    @property
+    def pending(self) -> bytes:
+        """Bytes held back because they may start a multi-byte character."""
+        return self._decoder.getstate()[0]
