@@ -7,6 +7,7 @@ from ssmport.bundle import GATE, Bundle, write_json_atomic
 from ssmport.parity import GateReport, default_prompts, run_gate
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
+from ssmport.quant.recipes import gate_thresholds
 from ssmport.runtime import Runner
 from ssmport.sources import rebuild_source
 from ssmport.torch_runner import TorchRunner
@@ -51,7 +52,8 @@ def gate_bundle(
     try:
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(
-                candidate, reference, token_streams, recipe.name, recipe.gate,
+                candidate, reference, token_streams, recipe.name,
+                gate_thresholds(recipe, m["recipe"]["state_dtype"]),
                 synthetic=model.synthetic, on_step=stages.advance,
             )  # fmt: skip
     finally:

@@ -16,8 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-# Storage dtypes a state may have, by the names used in manifests and on the CLI.
-STATE_DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "fp16": torch.float16}
+# Storage dtypes a state may have, by the names used on the CLI and in manifests.
+STATE_DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32,
+    "fp16": torch.float16,
+    "float32": torch.float32,
+    "float16": torch.float16,
+}
 NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
     torch.float32: np.dtype(np.float32),
     torch.float16: np.dtype(np.float16),

@@ -53,7 +53,7 @@ def bundles(tmp_path_factory) -> Path:
 
 
 def _export(spec, out, **kw):
-    from ssmport.export import export
+    from ssmport.exporter import export
 
     return export(str(spec), out, progress=False, **kw)
 

@@ -483,7 +483,7 @@ class RWKV7Reference:
 
 
 def _layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    return F.layer_norm(x, (x.shape[-1],), weight.float(), bias.float(), eps)
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
 class _Layer(nn.Module):
@@ -491,14 +491,14 @@ class _Layer(nn.Module):
         super().__init__()
         self.cfg, self.index = cfg, i
         p, a, f = f"blocks.{i}.", f"blocks.{i}.att.", f"blocks.{i}.ffn."
-        vec = lambda n: b.tensor(n, src[n], _role(n))  # noqa: E731
+        vec = lambda n: b.vector(n, src[n], _role(n))  # noqa: E731
         mm = lambda n: b.matmul(n, src[n].t() if n.endswith(".weight") else src[n], _role(n))  # noqa: E731
 
         self.ln1_w, self.ln1_b = vec(p + "ln1.weight"), vec(p + "ln1.bias")
         self.ln2_w, self.ln2_b = vec(p + "ln2.weight"), vec(p + "ln2.bias")
         # The six mixes as one [6, C] tensor: one broadcast multiply instead of six.
         mix = torch.stack([src[f"{a}x_{m}"] for m in MIX_NAMES])
-        self.mix = b.tensor(f"{a}x_{{{','.join(MIX_NAMES)}}}", mix, "mix")
+        self.mix = b.vector(f"{a}x_{{{','.join(MIX_NAMES)}}}", mix, "mix")
         self.r, self.k, self.v, self.o = (mm(a + n + ".weight") for n in ("receptance", "key", "value", "output"))
         self.w0, self.w1, self.w2 = vec(a + "w0"), mm(a + "w1"), mm(a + "w2")
         self.a0, self.a1, self.a2 = vec(a + "a0"), mm(a + "a1"), mm(a + "a2")
@@ -517,20 +517,20 @@ class _Layer(nn.Module):
 
         # --- time mix ---
         xa = _layer_norm(x, self.ln1_w, self.ln1_b, c.norm_eps)
-        mixed = xa + (shift[0:1].float() - xa) * self.mix.float()  # [6, C]
+        mixed = xa + (shift[0:1].float() - xa) * self.mix  # [6, C]
         xr, xw, xk, xv, xa_, xg = mixed.split(1, dim=0)
         r = self.r(xr)
         k = self.k(xk)
         v = self.v(xv)
-        decay = torch.exp(-DECAY_SCALE * torch.sigmoid(self.w0.float() + self.w2(torch.tanh(self.w1(xw)))))
-        a = torch.sigmoid(self.a0.float() + self.a2(self.a1(xa_)))
+        decay = torch.exp(-DECAY_SCALE * torch.sigmoid(self.w0 + self.w2(torch.tanh(self.w1(xw)))))
+        a = torch.sigmoid(self.a0 + self.a2(self.a1(xa_)))
         g = self.g2(torch.sigmoid(self.g1(xg)))
-        kk = F.normalize((k * self.k_k.float()).view(H, N), dim=-1)
-        k = k * (1 + (a - 1) * self.k_a.float())
+        kk = F.normalize((k * self.k_k).view(H, N), dim=-1)
+        k = k * (1 + (a - 1) * self.k_a)
         if self.index == 0:
             v_first = v
         else:
-            v = v + (v_first - v) * torch.sigmoid(self.v0.float() + self.v2(self.v1(xv)))
+            v = v + (v_first - v) * torch.sigmoid(self.v0 + self.v2(self.v1(xv)))
 
         # The recurrence, in fp32 whatever the state's storage dtype.
         S = rec.float()
@@ -541,14 +541,14 @@ class _Layer(nn.Module):
         mean = y.mean(dim=-1, keepdim=True)
         var = ((y - mean) ** 2).mean(dim=-1, keepdim=True)
         y = (y - mean) * torch.rsqrt(var + c.ln_x_eps)
-        y = y.reshape(1, H * Nv) * self.lnx_w.float() + self.lnx_b.float()
-        bonus = (r * k * self.r_k.float().view(1, H * N)).view(H, N).sum(dim=-1, keepdim=True)
+        y = y.reshape(1, H * Nv) * self.lnx_w + self.lnx_b
+        bonus = (r * k * self.r_k.view(1, H * N)).view(H, N).sum(dim=-1, keepdim=True)
         y = y + (bonus * v.view(H, Nv)).view(1, H * Nv)
         x = x + self.o(y * g)
 
         # --- channel mix ---
         xf = _layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
-        kf = xf + (shift[1:2].float() - xf) * self.ffn_mix.float()
+        kf = xf + (shift[1:2].float() - xf) * self.ffn_mix
         x = x + self.ffn_value(torch.relu(self.ffn_key(kf)) ** 2)
 
         new_shift = torch.cat([xa, xf], dim=0)  # [2, C]
@@ -570,11 +570,11 @@ class RWKV7Decode(nn.Module):
         emb = src["emb.weight"].float()
         if cfg.has_ln0:  # ln0 is per-row, so folding it into the table is exact
             emb = F.layer_norm(emb, (cfg.hidden_size,), src["blocks.0.ln0.weight"], src["blocks.0.ln0.bias"], cfg.norm_eps)
-        self.emb = b.tensor("emb.weight", emb, "embedding")
+        self.emb = b.table("emb.weight", emb, "embedding")
         del emb
         self.layers = nn.ModuleList(_Layer(cfg, i, src, b) for i in range(cfg.num_layers))
-        self.ln_out_w = b.tensor("ln_out.weight", src["ln_out.weight"], "norm")
-        self.ln_out_b = b.tensor("ln_out.bias", src["ln_out.bias"], "norm")
+        self.ln_out_w = b.vector("ln_out.weight", src["ln_out.weight"], "norm")
+        self.ln_out_b = b.vector("ln_out.bias", src["ln_out.bias"], "norm")
         self.head = b.matmul("head.weight", src["head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
         register_states(self, RWKV7.state_specs(cfg, state_dtype))
 

@@ -34,7 +34,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ssmport.export import export
+    from ssmport.exporter import export
 
     result = export(
         args.model,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ssmport.cli.common import check_ids, read_token_file
+from ssmport.cli.common import check_ids, human_bytes, read_token_file
 from ssmport.errors import SsmportError
 
 
@@ -54,9 +54,7 @@ def run(args) -> int:
             raise SsmportError(f"{bundle.path}: has no tokenizer, so --text cannot be used; pass --tokens-file")
         streams += [check_ids(tokenizer.encode(t), vocab, "--text") for t in texts]
     if args.compare:
-        from ssmport.compare import compare_recipes
-
-        return compare_recipes(bundle, args, streams or None)
+        return _compare(bundle, streams, args)
     report = gate_bundle(
         bundle, prompts=args.prompts, steps=args.steps, token_streams=streams or None, weights=args.weights
     )
@@ -73,3 +71,23 @@ def run(args) -> int:
                       f"(margin {s.ref_margin:.3g}) vs {s.got_top1}")  # fmt: skip
         print(f"transcript: {bundle.path / 'gate.json'}")
     return 0 if report.passed else 1
+
+
+def _compare(bundle, streams, args) -> int:
+    from ssmport.compare import compare_recipes
+    from ssmport.gate import bundle_tokenizer
+    from ssmport.parity import default_prompts
+
+    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    streams = streams or default_prompts(vocab, args.prompts, args.steps, tokenizer=bundle_tokenizer(bundle))
+    rows = compare_recipes(bundle, streams, args.weights)
+    synthetic = " [synthetic weights]" if bundle.manifest["synthetic_weights"] else ""
+    print(f"{len(streams)} stream(s), {sum(map(len, streams))} teacher-forced steps vs the fp32 torch reference{synthetic}")
+    print(f"{'recipe':14} {'asset':>10} {'top-1':>9} {'ties':>5} {'miss':>5} {'max|Δ|':>9} {'rel':>9} {'limit':>7}  verdict")
+    for name, nbytes, r in rows:
+        s = r.summary()
+        print(f"{name:14} {human_bytes(nbytes):>10} {s['top1_agree']:>4}/{r.n:<4} {s['top1_excused_ties']:>5} "
+              f"{s['top1_mismatch']:>5} {s['max_abs_logit_delta']:>9.3g} {s['max_rel_logit_delta']:>9.2e} "
+              f"{r.thresholds['max_rel_logit_delta']:>7.0e}  {'PASS' if r.passed else 'FAIL'}")  # fmt: skip
+    own = next(r for name, _, r in rows if name == bundle.manifest["recipe"]["name"])
+    return 0 if own.passed else 1

@@ -1,6 +1,6 @@
 """Build an architecture's weights under a recipe, recording the per-tensor plan.
 
-Architecture files ask the builder for each weight (`matmul`, `tensor`); the builder decides
+Architecture files ask the builder for each weight (`matmul`, `table`, `vector`); it decides
 the storage (fp32 / fp16 / int8 + scales) from the recipe and the architecture's own
 `keeps_float` predicate, and records one plan entry per stored tensor. The plan goes into
 the manifest; its byte total is the asset's analytic size.
@@ -67,9 +67,21 @@ class WeightBuilder:
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
         return FloatMatmul(w, out_dtype)
 
-    def tensor(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
-        """A non-matmul weight (norm, mix vector, embedding), stored in the float dtype."""
-        v = value.to(self.recipe.float_dtype).contiguous()
+    def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
+        """A lookup table (embedding), stored in the recipe's float dtype."""
+        return self._param(name, value.to(self.recipe.float_dtype), role)
+
+    def vector(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
+        """A per-channel operand of fp32 elementwise math (norm gains, mixes, biases).
+
+        Always fp32: the converter folds a cast of an fp16 constant into an fp32 constant,
+        so fp16 storage would not survive into the asset anyway (measured), and these
+        tensors are a fraction of a percent of the weights.
+        """
+        return self._param(name, value.to(torch.float32), role)
+
+    def _param(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
+        v = value.contiguous()
         self._record(name, role, v.shape, v.dtype, None, v.numel() * v.element_size())
         return nn.Parameter(v, requires_grad=False)
 

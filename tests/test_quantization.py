@@ -1,0 +1,136 @@
+"""Recipes: what is stored how, that the asset really holds it, and that each recipe gates."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from rwkv7_files import Dims, blinkdl_state_dict, write_pth
+from ssmport.cli.main import main
+from ssmport.quant import BLOCK_SIZE, get_recipe
+from ssmport.quant.layers import dequantize_int8_blockwise, quantize_int8_blockwise
+from ssmport.quant.plan import WeightBuilder
+from ssmport.runtime import Runner
+from ssmport.sources import load_checkpoint
+
+BULK = re.compile(r"blocks\.\d+\.ffn\.(key|value)\.weight|head\.weight")
+
+
+def plan_for(model, recipe: str) -> list[dict]:
+    builder = WeightBuilder(get_recipe(recipe), model.architecture.keeps_float)
+    model.architecture.build_decode(model.config, model.weights, builder, torch.float32)
+    return builder.plan_json()
+
+
+def test_int8_blockwise_against_numpy():
+    w = torch.randn(96, 40, generator=torch.Generator().manual_seed(0))
+    w[32:64, 3] = 0.0  # an all-zero block
+    q, scale = quantize_int8_blockwise(w)
+    assert q.dtype == torch.int8 and scale.dtype == torch.float16 and scale.shape == (3, 40)
+    blocks = w.numpy().reshape(3, 32, 40)
+    expect_scale = (np.abs(blocks).max(axis=1) / 127).astype(np.float16)
+    np.testing.assert_array_equal(scale.numpy()[expect_scale > 0], expect_scale[expect_scale > 0])
+    err = np.abs(dequantize_int8_blockwise(q, scale).numpy() - w.numpy()).reshape(3, 32, 40)
+    assert (err <= scale.float().numpy()[:, None, :] / 2 + 1e-6).all()
+    assert q.abs().max() == 127
+    assert (dequantize_int8_blockwise(q, scale)[32:64, 3] == 0).all()
+
+
+def test_predicate_keeps_exactly_the_documented_tensors(blinkdl_pth):
+    model = load_checkpoint(blinkdl_pth)
+    plan = plan_for(model, "int8keepproj")
+    for e in plan:
+        if BULK.fullmatch(e["name"]):
+            assert (e["dtype"], e["block"], e["role"]) == ("int8", BLOCK_SIZE, "head" if "head" in e["name"] else "ffn")
+        elif e["role"] in ("norm", "mix"):  # per-channel vectors of fp32 elementwise math
+            assert e["dtype"] == "float32" and len(e["shape"]) <= 2, e
+        else:
+            assert e["dtype"] == "float16", e
+    kept = {e["role"] for e in plan if e["dtype"] != "int8"}
+    assert kept == {"embedding", "state_proj", "lora", "norm", "mix"}
+    names = {e["name"] for e in plan if e["dtype"] != "int8"}
+    for expected in ("blocks.0.att.receptance.weight", "blocks.0.att.key.weight", "blocks.0.att.value.weight",
+                     "blocks.0.att.output.weight", "blocks.1.att.w1", "blocks.1.att.a2", "blocks.1.att.v1",
+                     "blocks.1.att.g2", "blocks.0.att.k_k", "blocks.0.att.k_a", "blocks.0.att.r_k",
+                     "blocks.0.att.w0", "blocks.0.att.a0", "blocks.1.att.v0", "blocks.0.ln1.weight",
+                     "blocks.0.att.ln_x.bias", "emb.weight", "blocks.0.att.x_{r,w,k,v,a,g}"):  # fmt: skip
+        assert expected in names
+
+
+def test_int8_everywhere_and_float_recipes(blinkdl_pth, tmp_path):
+    model = load_checkpoint(blinkdl_pth)
+    for e in plan_for(model, "int8"):
+        matmul = e["role"] in ("ffn", "head", "state_proj", "lora")
+        assert e["dtype"] == ("int8" if matmul else "float32" if e["role"] in ("norm", "mix") else "float16"), e
+    assert {e["dtype"] for e in plan_for(model, "fp16") if e["role"] not in ("norm", "mix")} == {"float16"}
+    assert {e["dtype"] for e in plan_for(model, "fp32")} == {"float32"}
+    # a LoRA rank that is not a multiple of the block stays in float, and the plan says so
+    odd = load_checkpoint(write_pth(tmp_path / "odd.pth", blinkdl_state_dict(Dims(d_w=8), seed=1)))
+    w1 = next(e for e in plan_for(odd, "int8") if e["name"] == "blocks.0.att.w2")
+    assert w1["dtype"] == "float16" and w1["block"] is None
+
+
+@pytest.fixture(scope="module")
+def sized_checkpoint(tmp_path_factory):
+    """Big enough that weights dominate the asset (~5 M parameters)."""
+    d = Dims(vocab=4096, width=256, layers=2, head=64, ffn=1024)
+    return write_pth(tmp_path_factory.mktemp("sized") / "sized.pth", blinkdl_state_dict(d, seed=21))
+
+
+@pytest.mark.parametrize("recipe", ["fp16", "int8keepproj", "int8"])
+def test_asset_really_stores_the_plan(sized_checkpoint, tmp_path, export_fn, recipe):
+    from coreai.authoring import AIModelAsset
+
+    result = export_fn(sized_checkpoint, tmp_path, quant=recipe, gate=False)
+    m = result.manifest
+    plan = m["plan"]["tensors"]
+    summary = AIModelAsset.load(result.path / "model.aimodel").summary(include_statistics=True)
+    stored = dict(summary.storage_types)  # element counts by storage dtype
+    int8_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "int8")
+    scale_elements = sum(int(np.prod(e["shape"])) // BLOCK_SIZE for e in plan if e["dtype"] == "int8")
+    fp16_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "float16")
+    fp32_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "float32")
+    # The converter adds one splat zero-point (int8) and one splat offset (fp16) per distinct
+    # scale shape: splats cost no bytes (see the on-disk check) but count as elements here.
+    assert int8_elements <= int(stored.get("Int8", 0)) <= int8_elements + scale_elements
+    fp16_extra = int(stored["Float16"]) - fp16_elements - scale_elements
+    assert 0 <= fp16_extra <= scale_elements + 64
+    assert 0 <= int(stored["Float32"]) - fp32_elements < 256
+    assert abs(m["asset"]["bytes"] / m["plan"]["summary"]["total"] - 1) < 0.02
+    ops = dict(summary.operation_distribution)
+    assert int(ops.get("blockwise_shift_scale", 0)) == sum(e["dtype"] == "int8" for e in plan)
+
+
+def test_int8keepproj_shrinks_the_asset(sized_checkpoint, tmp_path, export_fn):
+    sizes = {r: export_fn(sized_checkpoint, tmp_path, quant=r, gate=False).manifest["asset"]["bytes"]
+             for r in ("fp32", "fp16", "int8keepproj")}  # fmt: skip
+    assert sizes["fp16"] / sizes["fp32"] < 0.52
+    assert sizes["int8keepproj"] / sizes["fp16"] < 0.75
+
+
+@pytest.mark.parametrize("recipe", ["int8keepproj", "int8"])
+def test_int8_recipes_pass_their_gates(blinkdl_pth, bundles, export_fn, recipe):
+    result = export_fn(blinkdl_pth, bundles, quant=recipe, gate_steps=12)
+    assert result.manifest["gate"]["passed"], result.manifest["gate"]
+    assert result.manifest["outputs"][0]["dtype"] == "float16"
+
+
+def test_fp16_state_dtype_bundle(blinkdl_pth, tmp_path, export_fn):
+    result = export_fn(blinkdl_pth, tmp_path, quant="fp32", state_dtype="fp16", gate_steps=8)
+    assert [s["dtype"] for s in result.manifest["states"]] == ["float16", "float16"]
+    assert result.manifest["gate"]["passed"]
+    with Runner(result.path) as runner:  # allocates what the graph declares
+        runner.step(3)
+        assert runner.state("recState").dtype == np.float16
+
+
+def test_gate_compare_table(pth_fp32_bundle, capsys):
+    code = main(["gate", str(pth_fp32_bundle.path), "--compare", "--prompts", "1", "--steps", "6"])
+    out = capsys.readouterr().out
+    assert code == 0
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert set(rows) == {"fp32", "fp16", "int8keepproj", "int8"}
+    assert all(line.endswith("PASS") for line in rows.values())

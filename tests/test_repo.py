@@ -1,0 +1,25 @@
+"""The repository's promises about itself."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def readme_commands() -> list[str]:
+    lines = ROOT.joinpath("README.md").read_text().splitlines()
+    assert lines[0].startswith("```"), "the README must start with its two commands"
+    end = lines.index("```", 1)
+    return lines[1:end]
+
+
+def test_readme_starts_with_exactly_two_commands():
+    commands = readme_commands()
+    assert len(commands) == 2
+    assert "rwkv7-tiny" in commands[0] and "pytest" in commands[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = ROOT.joinpath(".ci", "run").read_text().splitlines()
+    assert readme_commands()[1] in ci
