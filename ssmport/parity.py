@@ -6,8 +6,8 @@ step we compare top-1 and |Δlogits|. Teacher forcing matters: a free-running co
 forks its whole tail at the first near-tie and reports false mismatches.
 
 A top-1 disagreement is excused only where the reference's own top-2 margin is below the
-recipe's `tie_margin` (the model itself barely prefers one token); excused steps are
-counted separately and shown.
+recipe's `tie_rel_margin` times that step's logit scale (the model itself barely prefers one
+token); excused steps are counted separately and shown.
 """
 
 from __future__ import annotations
@@ -133,12 +133,13 @@ def run_gate(
         for t, token in enumerate(tokens):
             ref = reference.step(token).astype(np.float64)
             got = candidate.step(token).astype(np.float64)
-            scale = max(scale, float(np.abs(ref).max()))
+            step_scale = max(1.0, float(np.abs(ref).max()))
+            scale = max(scale, step_scale)
             ref_top, got_top = int(np.argmax(ref)), int(np.argmax(got))
             margin = top2_margin(ref)
             if ref_top == got_top:
                 status = "agree"
-            elif margin < thresholds.tie_margin:
+            elif margin < thresholds.tie_rel_margin * step_scale:
                 status = "tie"
             else:
                 status = "mismatch"

@@ -16,7 +16,8 @@ def run(args) -> int:
         for r in RECIPES.values():
             print(f"{r.name:14} {r.description}")
             print(f"{'':14} gate: max |Δlogits| <= {r.gate.max_rel_logit_delta:g} x logit scale; "
-                  f"top-1 mismatches excused only where the reference margin < {r.gate.tie_margin:g}")  # fmt: skip
+                  f"flips excused where the reference top-2 margin < {r.gate.tie_rel_margin:g} x scale"
+                  + (f"; top-1 on >= {r.gate.min_top1:.0%} of steps" if r.gate.min_top1 < 1 else ""))  # fmt: skip
         return 0
     from ssmport.architectures import architectures
 

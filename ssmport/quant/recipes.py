@@ -20,16 +20,18 @@ BLOCK_SIZE = 32  # int8 block length along a matmul's input dimension
 class GateThresholds:
     """What a teacher-forced gate of this recipe against the fp32 torch reference must meet.
 
-    - `max_abs_logit_delta`: bound on max |Δlogits| over all steps, relative to the logit
-      scale (the reference's max |logit| over the run, at least 1).
-    - `tie_margin`: a top-1 disagreement is excused only where the reference's top-2
-      margin (in logits) is below this; excused steps are counted separately.
-    - `min_top1`: fraction of steps whose top-1 must agree outright or be excused (1.0:
-      every disagreement must be a near-tie).
+    Both bounds are relative to the logit scale, so they mean the same for a model whose
+    logits span 10 and one whose logits span 30:
+
+    - `max_rel_logit_delta`: max |Δlogits| over all steps / the run's logit scale (the
+      reference's max |logit| over the run, at least 1).
+    - `tie_rel_margin`: a top-1 disagreement is excused as a near-tie only where the
+      reference's own top-2 margin is below this fraction of that step's logit scale.
+    - `min_top1`: fraction of steps that must agree outright or be excused near-ties.
     """
 
     max_rel_logit_delta: float
-    tie_margin: float
+    tie_rel_margin: float
     min_top1: float = 1.0
 
 
@@ -51,11 +53,15 @@ class Recipe:
         return self.float_dtype
 
 
-# Threshold rationale (docs/parity.md has the measurements behind them):
-# fp32 export vs fp32 torch differ only by summation order: ~1e-6 of the logit scale, so
-# 1e-4 leaves two orders of headroom. fp16 on the Linux runtime accumulates matmuls in
-# fp16 (see CORE_AI_NOTES), so logits move by up to a few percent of their scale; the
-# per-step top-1 must still agree except at near-ties.
+# Thresholds, from measurements in docs/parity.md (rwkv7-0.1b and rwkv7-tiny with
+# synthetic weights, torch eager and the Core AI runtime):
+# - fp32: only summation order differs (<= 7e-6 of scale measured); 1e-4 leaves headroom.
+# - fp16: weight rounding alone gave <= 1.5e-2; the Linux runtime accumulates fp16 matmuls
+#   in fp16 and reached 3.3e-2 on rwkv7-0.1b.
+# - int8keepproj: <= 7.4e-2 in torch, 9.2e-2 on Core AI (rwkv7-0.1b); flips only where the
+#   reference margin was <= 1.1e-2 of scale.
+# - int8: the comparison recipe. int8 on the projections into the recurrence produced
+#   outliers up to 0.23 of scale and a flip at a 4.2e-2 margin; it may miss 3% of steps.
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -64,7 +70,7 @@ RECIPES: dict[str, Recipe] = {
             "Reference: every weight and all compute in fp32.",
             torch.float32,
             "none",
-            GateThresholds(max_rel_logit_delta=1e-4, tie_margin=1e-3),
+            GateThresholds(max_rel_logit_delta=1e-4, tie_rel_margin=1e-4),
         ),
         Recipe(
             "fp16",
@@ -72,7 +78,7 @@ RECIPES: dict[str, Recipe] = {
             "and the recurrence in fp32 (per-channel vectors stay fp32).",
             torch.float16,
             "none",
-            GateThresholds(max_rel_logit_delta=0.05, tie_margin=0.05),
+            GateThresholds(max_rel_logit_delta=0.06, tie_rel_margin=0.01),
         ),
         Recipe(
             "int8keepproj",
@@ -81,7 +87,7 @@ RECIPES: dict[str, Recipe] = {
             "norms and per-channel vectors fp32.",
             torch.float16,
             "bulk",
-            GateThresholds(max_rel_logit_delta=0.08, tie_margin=0.08),
+            GateThresholds(max_rel_logit_delta=0.15, tie_rel_margin=0.02),
         ),
         Recipe(
             "int8",
@@ -89,7 +95,7 @@ RECIPES: dict[str, Recipe] = {
             "comparison; int8 on the recurrence inputs flips borderline tokens).",
             torch.float16,
             "all",
-            GateThresholds(max_rel_logit_delta=0.12, tie_margin=0.12),
+            GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
         ),
     )
 }
@@ -99,7 +105,7 @@ RECIPES: dict[str, Recipe] = {
 # rwkv7-0.1b (synthetic weights) over 2,048 teacher-forced tokens: max |Δlogits| ~0.01 at
 # logit scale ~11 (~1e-3 relative), flat over time, top-1 equal on 2,041/2,048 steps
 # (benchmarks/state_drift.py). A gate of an fp16-state bundle allows that on top of its recipe.
-FP16_STATE_GATE = GateThresholds(max_rel_logit_delta=5e-3, tie_margin=0.02)
+FP16_STATE_GATE = GateThresholds(max_rel_logit_delta=5e-3, tie_rel_margin=2e-3)
 
 
 def gate_thresholds(recipe: Recipe, state_dtype: str) -> GateThresholds:
@@ -108,7 +114,7 @@ def gate_thresholds(recipe: Recipe, state_dtype: str) -> GateThresholds:
         return recipe.gate
     return GateThresholds(
         max_rel_logit_delta=max(recipe.gate.max_rel_logit_delta, FP16_STATE_GATE.max_rel_logit_delta),
-        tie_margin=max(recipe.gate.tie_margin, FP16_STATE_GATE.tie_margin),
+        tie_rel_margin=max(recipe.gate.tie_rel_margin, FP16_STATE_GATE.tie_rel_margin),
         min_top1=min(recipe.gate.min_top1, FP16_STATE_GATE.min_top1),
     )
 
