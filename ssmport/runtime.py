@@ -10,7 +10,9 @@
 from __future__ import annotations
 
 import asyncio
+import atexit
 import gc
+import weakref
 import hashlib
 import os
 import shutil
@@ -72,6 +74,18 @@ def ensure_lowered(bundle: Bundle) -> tuple[Path, bool]:
     return target, True
 
 
+# Runtime objects still alive when the interpreter tears down make the Swift runtime abort
+# ("C++ exception handling detected ...", SIGABRT, exit 134; reproduced with a Runner that
+# was never closed). Every Runner is closed here, in order, before teardown begins.
+_LIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_runners() -> None:
+    for runner in list(_LIVE):
+        runner.close()
+
+
 class Runner:
     """Step an exported decode function one token at a time."""
 
@@ -82,6 +96,7 @@ class Runner:
         m = self.bundle.manifest
         self.vocab_size = int(m["outputs"][0]["shape"][-1])
         self._loop = asyncio.new_event_loop()
+        _LIVE.add(self)
         lowered, self.lowered_now = ensure_lowered(self.bundle)
         with native_stderr_filtered():
             self._model = self._loop.run_until_complete(AIModel.load(lowered))
@@ -178,6 +193,7 @@ class Runner:
         gc.collect()
         if not self._loop.is_closed():
             self._loop.close()
+        _LIVE.discard(self)
 
     def __enter__(self) -> Runner:
         return self

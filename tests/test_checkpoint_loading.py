@@ -148,3 +148,21 @@ def test_fla_config_defaults(tmp_path):
     model = load_checkpoint(write_hf_folder(tmp_path / "defaults", config, tensors))
     assert model.config.ffn_size == 512 and model.config.decay_lora == 32
     json.dumps(model.config.to_json())
+
+
+def test_fla_early_2025_layout_with_stacked_mixes(tmp_path):
+    """fla from 2025-01-20 to 2025-04-09 saved the six mixes as attn.x_x [6, C]."""
+    d = Dims()
+    config, tensors = fla_from_blinkdl(blinkdl_state_dict(d, seed=10), d)
+    current = load_checkpoint(write_hf_folder(tmp_path / "current", config, tensors))
+    old = dict(tensors)
+    for i in range(d.layers):
+        h = f"model.layers.{i}.attn."
+        old[h + "x_x"] = torch.cat([old.pop(h + f"x_{m}").reshape(1, -1) for m in "rwkvag"])
+        old[h + "k_k"] = old[h + "k_k"].reshape(1, 1, -1)  # also seen as [1, 1, C]
+    stacked = load_checkpoint(write_hf_folder(tmp_path / "stacked", config, old))
+    for name in current.weights:
+        assert torch.equal(current.weights[name], stacked.weights[name]), name
+    old["model.layers.1.attn.x_x"] = torch.zeros(5, d.width)
+    with pytest.raises(CheckpointError, match=r"model.layers.1.attn.x_x \[5, 128\] \(expected \[6, 128\]\)"):
+        load_checkpoint(write_hf_folder(tmp_path / "bad", config, old))

@@ -157,3 +157,14 @@ def test_failed_export_leaves_nothing(tmp_path, export_fn, monkeypatch):
 def test_bundle_open_rejects_non_bundles(tmp_path):
     with pytest.raises(SsmportError, match="not an ssmport bundle"):
         Bundle.open(tmp_path)
+
+
+def test_unclosed_runner_does_not_abort_the_interpreter(pth_fp32_bundle):
+    """A Runner left open used to SIGABRT at exit (Swift runtime, exit 134)."""
+    import subprocess
+    import sys
+
+    code = f"from ssmport.runtime import Runner\nr = Runner({str(pth_fp32_bundle.path)!r})\nr.step(1)\nprint('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
+    assert "exception" not in proc.stderr

@@ -31,7 +31,7 @@ from ssmport.architectures.base import Architecture, Preset
 from ssmport.checkpoint import DictSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.quant.plan import WeightBuilder
-from ssmport.state import StateSpec, register_states, write_once
+from ssmport.state import StateSpec, read_layer, register_states, write_once
 
 DECAY_SCALE = math.exp(-0.5)  # w = exp(-DECAY_SCALE * sigmoid(.)) keeps each decay in (0.545, 1)
 BLINKDL_LN_X_EPS = 64e-5  # BlinkDL's GroupNorm eps (= 1e-5 * head_size_divisor**2, divisor 8)
@@ -235,8 +235,16 @@ def _config_from_blinkdl(source: TensorSource) -> RWKV7Config:
     )
 
 
-def _fla_names(cfg: RWKV7Config, tied: bool) -> dict[str, tuple[str, Any]]:
-    """canonical name -> (fla/HF name, transform to canonical layout)."""
+def _mix_row(j: int):
+    return lambda t: t.float().reshape(len(MIX_NAMES), -1)[j]
+
+
+def _fla_names(cfg: RWKV7Config, tied: bool, stacked_mixes: bool) -> dict[str, tuple[str, Any]]:
+    """canonical name -> (fla/HF name, transform to canonical layout).
+
+    `stacked_mixes`: fla between 2025-01-20 and 2025-04-09 stored the six token-shift mixes
+    as one `attn.x_x` [6, C] (rows r, w, k, v, a, g) instead of `attn.x_r` .. `attn.x_g`.
+    """
     m: dict[str, tuple[str, Any]] = {"emb.weight": ("model.embeddings.weight", _to_f32)}
     if cfg.has_ln0:
         m |= {f"blocks.0.ln0.{p}": (f"model.layers.0.pre_norm.{p}", _to_f32) for p in ("weight", "bias")}
@@ -247,16 +255,17 @@ def _fla_names(cfg: RWKV7Config, tied: bool) -> dict[str, tuple[str, Any]]:
             m[f"{b}ln1.{p}"] = (f"{h}attn_norm.{p}", _to_f32)
             m[f"{b}ln2.{p}"] = (f"{h}ffn_norm.{p}", _to_f32)
             m[f"{b}att.ln_x.{p}"] = (f"{h}attn.g_norm.{p}", _to_f32)
-        for mix in MIX_NAMES:
-            m[f"{b}att.x_{mix}"] = (f"{h}attn.x_{mix}", _squeeze_f32)
+        for j, mix in enumerate(MIX_NAMES):
+            m[f"{b}att.x_{mix}"] = (f"{h}attn.x_x", _mix_row(j)) if stacked_mixes else (f"{h}attn.x_{mix}", _squeeze_f32)
         loras = "wag" + ("v" if i > 0 else "")
         for x in loras:
             m[f"{b}att.{x}1"] = (f"{h}attn.{x}_lora.lora.0.weight", _t_f32)
             m[f"{b}att.{x}2"] = (f"{h}attn.{x}_lora.lora.2.weight", _t_f32)
             if x != "g":  # the gate LoRA has no bias
                 m[f"{b}att.{x}0"] = (f"{h}attn.{x}_lora.lora.2.bias", _to_f32)
-        for k in ("k_k", "k_a", "r_k"):
-            m[f"{b}att.{k}"] = (f"{h}attn.{k}", _to_f32)
+        m[f"{b}att.k_k"] = (f"{h}attn.k_k", _squeeze_f32)
+        m[f"{b}att.k_a"] = (f"{h}attn.k_a", _squeeze_f32)
+        m[f"{b}att.r_k"] = (f"{h}attn.r_k", _to_f32)
         for ours, theirs in proj.items():
             m[f"{b}att.{ours}.weight"] = (f"{h}attn.{theirs}.weight", _to_f32)
         m[f"{b}ffn.x_k"] = (f"{h}ffn.x_k", _squeeze_f32)
@@ -268,13 +277,24 @@ def _fla_names(cfg: RWKV7Config, tied: bool) -> dict[str, tuple[str, Any]]:
     return m
 
 
-def _fla_native_shape(fla_name: str, canonical: tuple[int, ...]) -> tuple[int, ...]:
-    leaf = fla_name.rsplit(".", 1)[-1]
-    if leaf.startswith("x_") and ".attn." in fla_name:
-        return (1, 1, *canonical)
-    if fla_name.endswith((".lora.0.weight", ".lora.2.weight")):
-        return canonical[::-1]
-    return canonical
+_FLA_VECTORS = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "k_k", "k_a")
+
+
+def _fla_native_shapes(names: dict[str, tuple[str, Any]], canonical: dict, source: TensorSource) -> dict:
+    """The shape each fla tensor must have. Per-channel vectors were saved as [C] or
+    [1, 1, C] depending on the fla version; either is accepted, nothing else."""
+    native = {}
+    for ours, (theirs, _) in names.items():
+        shape = canonical[ours]
+        leaf = theirs.rsplit(".", 1)[-1]
+        if leaf == "x_x":
+            shape = (len(MIX_NAMES), *shape)
+        elif theirs.endswith((".lora.0.weight", ".lora.2.weight")):
+            shape = shape[::-1]
+        elif leaf in _FLA_VECTORS and theirs in source and source.shape(theirs) == (1, 1, *shape):
+            shape = (1, 1, *shape)
+        native[theirs] = shape
+    return native
 
 
 def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config:
@@ -585,9 +605,9 @@ class RWKV7Decode(nn.Module):
         shift: list[torch.Tensor] = []
         v_first = x  # placeholder; layer 0 replaces it with its v
         for i, layer in enumerate(self.layers):
-            x, s, sh, v_first = layer(x, self.recState[i, 0], self.shiftState[i, 0], v_first)
-            rec.append(s.unsqueeze(0))
-            shift.append(sh.unsqueeze(0))
+            x, s, sh, v_first = layer(x, read_layer(self.recState, i)[0], read_layer(self.shiftState, i)[0], v_first)
+            rec.append(s)
+            shift.append(sh)
         write_once(self.recState, rec)
         write_once(self.shiftState, shift)
         x = _layer_norm(x, self.ln_out_w, self.ln_out_b, self.cfg.norm_eps)
@@ -625,8 +645,8 @@ class _RWKV7(Architecture):
         cfg.validate()
         tied = bool(config_json.get("tie_word_embeddings", False))
         canonical = canonical_shapes(cfg)
-        names = _fla_names(cfg, tied)
-        native = {theirs: _fla_native_shape(theirs, canonical[ours]) for ours, (theirs, _) in names.items()}
+        names = _fla_names(cfg, tied, stacked_mixes="model.layers.0.attn.x_x" in source)
+        native = _fla_native_shapes(names, canonical, source)
         check_strict(source, native, what=f"RWKV-7 {_describe(cfg)} (fla layout)")
         return cfg, MappedSource(source, names, canonical)
 
