@@ -107,3 +107,12 @@ def test_console_script_no_traceback_and_clean_exit(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().startswith("ssmport: error:") and "Traceback" not in proc.stderr
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_bench_smoke(scratch_bundle, capsys):
+    code, out, _ = run_cli(capsys, "bench", scratch_bundle, "--steps", 2, "--warmup", 1, "--json")
+    assert code == 0
+    r = __import__("json").loads(out)
+    for key in ("load_first_s", "load_second_s", "coreai_ms_per_token", "torch_fp32_1thread_ms_per_token"):
+        assert r[key] > 0
+    assert r["load_second_s"] < r["load_first_s"]

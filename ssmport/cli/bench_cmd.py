@@ -32,8 +32,10 @@ def run(args) -> int:
         return 0
     print(f"{r['bundle']} ({r['recipe']}), {r['steps']} timed tokens")
     print(f"  load: first {r['load_first_s']:.2f} s (lower + load), second {r['load_second_s']:.3f} s")
-    print(f"  Core AI runtime:        {r['coreai_ms_per_token']:8.2f} ms/token")
+    rows = [("Core AI runtime (1 thread)", r["coreai_ms_per_token"])]
     if "torch_fp32_ms_per_token" in r:
-        print(f"  torch eager fp32, 1 thread: {r['torch_fp32_1thread_ms_per_token']:8.2f} ms/token")
-        print(f"  torch eager fp32, {r['torch_threads']} threads: {r['torch_fp32_ms_per_token']:8.2f} ms/token")
+        rows += [("torch eager fp32, 1 thread", r["torch_fp32_1thread_ms_per_token"]),
+                 (f"torch eager fp32, {r['torch_threads']} threads", r["torch_fp32_ms_per_token"])]  # fmt: skip
+    for label, ms in rows:
+        print(f"  {label:28} {ms:8.2f} ms/token")
     return 0
