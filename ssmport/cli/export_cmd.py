@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 from ssmport.cli.common import human_bytes
 from ssmport.quant import RECIPES
 
@@ -12,7 +14,8 @@ def add_parser(sub) -> None:
         help="export a checkpoint or preset to a Core AI decode bundle",
         description="Export MODEL (a preset name, a BlinkDL .pth, or a Hugging Face / fla folder) "
         "to OUT/<name>-<quant>/ with model.aimodel + manifest.json, then gate it on the Core AI "
-        "runtime. Written atomically: a failed export leaves nothing behind.",
+        "runtime. Written atomically: a failed export leaves nothing behind. Exit status 1 if "
+        "the bundle was written but failed its gate.",
     )
     p.add_argument("model", help="preset (see `ssmport list`), .pth file, or HF folder")
     p.add_argument("-o", "--out", default="out", help="parent directory of the bundle (default: out)")
@@ -58,5 +61,8 @@ def run(args) -> int:
           f"export {m['export']['seconds']:.1f} s, peak RSS {m['export']['peak_rss_mb']:.0f} MB")  # fmt: skip
     if result.gate_headline:
         print(f"gate: {result.gate_headline}")
-        return 0 if m["gate"]["passed"] else 1
+        if not m["gate"]["passed"]:
+            print(f"ssmport: the bundle was written but failed its gate; see {result.path / 'gate.json'} "
+                  "and `ssmport gate` for the full report", file=sys.stderr)  # fmt: skip
+            return 1
     return 0
