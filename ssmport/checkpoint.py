@@ -50,17 +50,12 @@ class TensorSource(Mapping[str, torch.Tensor]):
         return {name: self.shape(name) for name in self}
 
 
-class PthSource(TensorSource):
-    """A flat `{name: tensor}` pickle (BlinkDL `.pth`, HF `pytorch_model.bin`)."""
+class DictSource(TensorSource):
+    """In-memory tensors (synthetic weights, tests)."""
 
-    def __init__(self, paths: list[Path]):
-        self.origin = str(paths[0]) if len(paths) == 1 else str(paths[0].parent)
-        self._tensors: dict[str, torch.Tensor] = {}
-        for path in paths:
-            for name, tensor in _torch_load(path).items():
-                if name in self._tensors:
-                    raise CheckpointError(f"{path}: tensor {name!r} appears in more than one shard")
-                self._tensors[name] = tensor
+    def __init__(self, tensors: Mapping[str, torch.Tensor], origin: str = "<memory>"):
+        self.origin = origin
+        self._tensors = dict(tensors)
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._tensors[name]
@@ -76,6 +71,19 @@ class PthSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._tensors[name].dtype
+
+
+class PthSource(DictSource):
+    """A flat `{name: tensor}` pickle (BlinkDL `.pth`, HF `pytorch_model.bin`), memory-mapped."""
+
+    def __init__(self, paths: list[Path]):
+        tensors: dict[str, torch.Tensor] = {}
+        for path in paths:
+            for name, tensor in _torch_load(path).items():
+                if name in tensors:
+                    raise CheckpointError(f"{path}: tensor {name!r} appears in more than one shard")
+                tensors[name] = tensor
+        super().__init__(tensors, origin=str(paths[0]) if len(paths) == 1 else str(paths[0].parent))
 
 
 def _torch_load(path: Path) -> dict[str, torch.Tensor]:
@@ -200,29 +208,6 @@ class MappedSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._source.dtype(self._mapping[name][0])
-
-
-class DictSource(TensorSource):
-    """In-memory tensors (synthetic weights, tests)."""
-
-    def __init__(self, tensors: Mapping[str, torch.Tensor], origin: str = "<memory>"):
-        self.origin = origin
-        self._tensors = dict(tensors)
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        return self._tensors[name]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return tuple(self._tensors[name].shape)
-
-    def dtype(self, name: str) -> torch.dtype:
-        return self._tensors[name].dtype
 
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

@@ -89,15 +89,7 @@ def load_checkpoint(path: Path) -> LoadedModel:
     source = open_pth(path)
     for arch in architectures():
         if arch.matches_pth(source):
-            config, weights = arch.load_pth(source)
-            return LoadedModel(
-                architecture=arch,
-                config=config,
-                weights=weights,
-                provenance={"kind": "pth", "path": str(path.resolve())},
-                name=_slug(path.stem),
-                **_vocab_next_to(path.parent),
-            )
+            return _loaded(arch, *arch.load_pth(source), "pth", path, path.stem, path.parent)
     raise CheckpointError(f"{path}: no registered architecture recognises this checkpoint's tensor names")
 
 
@@ -113,16 +105,8 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
     hf_arch = set(config_json.get("architectures") or [])
     for arch in architectures():
         if model_type == arch.name or hf_arch & set(arch.hf_architectures):
-            source = open_hf_weights(folder)
-            config, weights = arch.load_hf(config_json, source)
-            return LoadedModel(
-                architecture=arch,
-                config=config,
-                weights=weights,
-                provenance={"kind": "hf", "path": str(folder.resolve())},
-                name=_slug(folder.name),
-                **_vocab_next_to(folder),
-            )
+            config, weights = arch.load_hf(config_json, open_hf_weights(folder))
+            return _loaded(arch, config, weights, "hf", folder, folder.name, folder)
     raise CheckpointError(
         f"{folder}: model_type {model_type!r} is not supported; available: "
         + ", ".join(a.name for a in architectures())
@@ -140,11 +124,19 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
         raise CheckpointError(f"{model.provenance.get('path')}: does not match preset {preset.name}: {', '.join(diffs)}")
 
 
-def _vocab_next_to(folder: Path) -> dict:
+def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: Path) -> LoadedModel:
     from ssmport.tokenizers import find_vocab
 
-    found = find_vocab(folder)
-    return {"vocab_path": found, "vocab_origin": "next to checkpoint"} if found else {}
+    vocab = find_vocab(vocab_dir)
+    return LoadedModel(
+        architecture=arch,
+        config=config,
+        weights=weights,
+        provenance={"kind": kind, "path": str(path.resolve())},
+        vocab_path=vocab,
+        vocab_origin="next to checkpoint" if vocab else None,
+        name=_slug(name),
+    )
 
 
 def _slug(text: str) -> str:

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import Architecture, Preset
-from ssmport.checkpoint import DictSource, MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, register_states, write_once
@@ -359,7 +359,7 @@ def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config
 # --------------------------------------------------------------------------------------
 
 
-class SyntheticWeights(DictSource):
+class SyntheticWeights(TensorSource):
     """Deterministic random canonical weights, generated per tensor on first access.
 
     Each tensor's generator is seeded from (seed, name), so values do not depend on the
@@ -368,7 +368,7 @@ class SyntheticWeights(DictSource):
     """
 
     def __init__(self, cfg: RWKV7Config, seed: int):
-        super().__init__({}, origin=f"<synthetic seed={seed}>")
+        self.origin = f"<synthetic seed={seed}>"
         self._cfg, self._seed = cfg, seed
         self._shapes = canonical_shapes(cfg)
 

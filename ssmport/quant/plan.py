@@ -57,7 +57,7 @@ class WeightBuilder:
     ) -> nn.Module:
         """A module computing `x @ W` for W [in, out], stored as the recipe says."""
         n_in, n_out = weight_in_out.shape
-        wants_int8 = self.recipe.stores_int8(name, True, self.keeps_float(name))
+        wants_int8 = self.recipe.stores_int8(self.keeps_float(name))
         if wants_int8 and n_in % BLOCK_SIZE == 0:
             q, scale = quantize_int8_blockwise(weight_in_out)
             self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel())

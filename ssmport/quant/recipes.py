@@ -43,8 +43,10 @@ class Recipe:
     int8: str  # "none" | "bulk" (matmuls the architecture does not keep float) | "all"
     gate: GateThresholds
 
-    def stores_int8(self, name: str, is_matmul: bool, keeps_float: bool) -> bool:
-        if not is_matmul or self.int8 == "none":
+    def stores_int8(self, keeps_float: bool) -> bool:
+        """Whether a matmul weight is int8 under this recipe, given the architecture's
+        verdict on it (`keeps_float`: it feeds the recurrence, or is otherwise sensitive)."""
+        if self.int8 == "none":
             return False
         return self.int8 == "all" or not keeps_float
 
