@@ -106,7 +106,7 @@ class GateReport:
         return (
             f"{verdict} {self.recipe}: top-1 {s['top1_agree']}/{self.n}{ties}, "
             f"max |Δlogits| {s['max_abs_logit_delta']:.3g} ({s['max_rel_logit_delta']:.2e} of scale "
-            f"{s['logit_scale']:.3g}; limit {self.thresholds['max_rel_logit_delta']:.0e})"
+            f"{s['logit_scale']:.3g}; limit {self.thresholds['max_rel_logit_delta']:.2g})"
             + (" [synthetic weights]" if self.synthetic else "")
         )
 

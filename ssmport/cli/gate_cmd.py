@@ -88,6 +88,6 @@ def _compare(bundle, streams, args) -> int:
         s = r.summary()
         print(f"{name:14} {human_bytes(nbytes):>10} {s['top1_agree']:>4}/{r.n:<4} {s['top1_excused_ties']:>5} "
               f"{s['top1_mismatch']:>5} {s['max_abs_logit_delta']:>9.3g} {s['max_rel_logit_delta']:>9.2e} "
-              f"{r.thresholds['max_rel_logit_delta']:>7.0e}  {'PASS' if r.passed else 'FAIL'}")  # fmt: skip
+              f"{r.thresholds['max_rel_logit_delta']:>7.2g}  {'PASS' if r.passed else 'FAIL'}")  # fmt: skip
     own = next(r for name, _, r in rows if name == bundle.manifest["recipe"]["name"])
     return 0 if own.passed else 1
