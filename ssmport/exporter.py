@@ -81,6 +81,8 @@ def export(
         raise SsmportError(f"unknown --state-dtype {state_dtype!r}; choose fp32 or fp16")
     if quant is not None:
         get_recipe(quant)  # fail on a bad name before any loading
+    if gate and gate_steps < 1:
+        raise SsmportError("--gate-steps must be at least 1 (or pass --no-gate)")
     with Stages(enabled=progress) as stages:
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
@@ -142,6 +144,7 @@ def _build_bundle(
         "asset": {"path": ASSET, "bytes": dir_bytes(out / ASSET)},
         "tokenizer": tokenizer,
         "gate": None,
+        "notes": list(model.notes),
         "export": {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
     }
     Bundle(out, manifest).save_manifest()
@@ -203,16 +206,10 @@ def _check_buffers(module: torch.nn.Module, specs) -> None:
 def _write_tokenizer(model: LoadedModel, out: Path) -> dict | None:
     if model.vocab_path is None:
         return None
-    from ssmport.tokenizers import WorldTokenizer, export_vocab_tsv
+    from ssmport.tokenizers import export_vocab_tsv
 
-    tokenizer = WorldTokenizer.from_file(model.vocab_path)
-    if tokenizer.vocab_size > model.config.vocab_size:
-        raise SsmportError(
-            f"{model.vocab_path}: vocab ids reach {tokenizer.vocab_size - 1}, beyond the model's "
-            f"{model.config.vocab_size}-row embedding; pass the model's own vocab with --vocab"
-        )
     (out / TOKENIZER_DIR).mkdir()
-    info = export_vocab_tsv(tokenizer, out / TOKENIZER_DIR / "vocab.tsv")
+    info = export_vocab_tsv(model.vocab_path, out / TOKENIZER_DIR / "vocab.tsv")
     return {
         "kind": "rwkv-world",
         "path": f"{TOKENIZER_DIR}/vocab.tsv",

@@ -39,7 +39,24 @@ def load_model(
         default = model.architecture.default_vocab(model.config)
         if default is not None:
             model.vocab_path, model.vocab_origin = default
+    if model.vocab_path is not None:
+        _check_vocab_fits(model)
     return model
+
+
+def _check_vocab_fits(model: LoadedModel) -> None:
+    """A vocab whose ids exceed the embedding cannot be this model's: an explicit --vocab is
+    an error, one merely found next to the checkpoint is left out (with a note)."""
+    from ssmport.tokenizers import WorldTokenizer
+
+    top = WorldTokenizer.from_file(model.vocab_path).vocab_size - 1
+    if top < model.config.vocab_size:
+        return
+    problem = f"{model.vocab_path}: vocab ids reach {top}, beyond the model's {model.config.vocab_size}-row embedding"
+    if model.vocab_origin == "--vocab":
+        raise SsmportError(problem)
+    model.notes.append(f"{problem}; the bundle gets no tokenizer (pass --vocab to give one)")
+    model.vocab_path = model.vocab_origin = None
 
 
 def _resolve(spec: str, weights, synthetic: bool, seed: int) -> LoadedModel:

@@ -80,10 +80,16 @@ def test_gate_fails_with_exit_1_when_source_differs(scratch_bundle, blinkdl_bf16
         (["gate", "/no/such/bundle"], "not a bundle directory"),
         (["inspect", "."], "not an ssmport bundle"),
         (["tokenize", "/no/vocab.txt", "--text", "hi"], "no such vocab file"),
+        (["export", "rwkv7-tiny", "--quant", "int4"], "invalid choice: 'int4'"),
+        (["export", "rwkv7-tiny", "--gate-steps", "0"], "--gate-steps must be at least 1"),
+        (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
 )
 def test_user_errors_are_one_line(capsys, argv, message):
-    code, out, err = run_cli(capsys, *argv)
+    try:
+        code, out, err = run_cli(capsys, *argv)
+    except SystemExit as exc:  # argparse exits by itself
+        code, (out, err) = exc.code, capsys.readouterr()
     assert code == 2
     assert err.count("\n") == 1 and err.startswith("ssmport: error:") and message in err
     assert "Traceback" not in err + out

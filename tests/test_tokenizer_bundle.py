@@ -64,6 +64,14 @@ def test_vocab_larger_than_embedding_is_refused(blinkdl_pth, tmp_path, export_fn
     assert not any(tmp_path.iterdir())
 
 
+def test_unfitting_vocab_next_to_checkpoint_is_left_out(fla_folder, tmp_path, export_fn):
+    folder = shutil.copytree(fla_folder, tmp_path / "big-vocab")
+    shutil.copy(BUNDLED_WORLD_VOCAB, folder / "rwkv_vocab_v20230424.txt")
+    result = export_fn(folder, tmp_path / "out", quant="fp32", gate=False)
+    assert result.manifest["tokenizer"] is None
+    assert "320-row embedding; the bundle gets no tokenizer" in result.manifest["notes"][0]
+
+
 def test_small_models_without_vocab_have_no_tokenizer(pth_fp32_bundle, capsys):
     assert pth_fp32_bundle.manifest["tokenizer"] is None
     assert main(["generate", str(pth_fp32_bundle.path), "--prompt", "hi"]) == 2

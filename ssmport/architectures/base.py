@@ -53,6 +53,7 @@ class LoadedModel:
     vocab_path: Path | None = None
     vocab_origin: str | None = None  # "next to checkpoint" | "--vocab" | "bundled ..."
     name: str = "model"
+    notes: list[str] = field(default_factory=list)  # things the user should hear about
 
     @property
     def synthetic(self) -> bool:

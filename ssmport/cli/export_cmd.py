@@ -55,6 +55,8 @@ def run(args) -> int:
         progress=not args.quiet,
     )
     m = result.manifest
+    for note in m["notes"]:
+        print(f"ssmport: note: {note}", file=sys.stderr)
     synthetic = " [synthetic weights]" if m["synthetic_weights"] else ""
     print(f"bundle: {result.path}{synthetic}")
     print(f"asset: {human_bytes(m['asset']['bytes'])} ({m['recipe']['name']}, state {m['recipe']['state_dtype']}), "

@@ -24,8 +24,15 @@ COMMANDS = (export_cmd, gate_cmd, logits_cmd, generate_cmd, inspect_cmd, list_cm
             tokenize_cmd, tokenizer_cmd)  # fmt: skip
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit status 2) like every other."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USER_ERROR, f"ssmport: error: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="ssmport",
         description="Port recurrent / linear-attention LMs (RWKV-7, ...) to Core AI decode bundles: "
         "no KV cache, O(1) state, parity-gated against torch.",
