@@ -59,6 +59,9 @@ def test_hf_tied_embeddings(tmp_path):
     config["tie_word_embeddings"] = True
     model = load_checkpoint(write_hf_folder(tmp_path / "tied", config, tensors))
     assert torch.equal(model.weights["head.weight"], model.weights["emb.weight"])
+    tensors["lm_head.weight"] = tensors["model.embeddings.weight"].clone()  # saved anyway
+    model = load_checkpoint(write_hf_folder(tmp_path / "tied-saved", config, tensors))
+    assert torch.equal(model.weights["head.weight"], model.weights["emb.weight"])
 
 
 def test_hf_missing_lm_head_is_an_error_when_untied(tmp_path):

@@ -643,7 +643,8 @@ class _RWKV7(Architecture):
     def load_hf(self, config_json: Mapping[str, Any], source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
         cfg = _config_from_fla(config_json, source)
         cfg.validate()
-        tied = bool(config_json.get("tie_word_embeddings", False))
+        # Tied models may or may not carry lm_head.weight; when present it is the head.
+        tied = bool(config_json.get("tie_word_embeddings", False)) and "lm_head.weight" not in source
         canonical = canonical_shapes(cfg)
         names = _fla_names(cfg, tied, stacked_mixes="model.layers.0.attn.x_x" in source)
         native = _fla_native_shapes(names, canonical, source)
