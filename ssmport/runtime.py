@@ -16,6 +16,7 @@ import weakref
 import hashlib
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,8 +48,19 @@ def lowered_path(bundle: Bundle) -> Path:
     return cache_root() / "lowered" / f"{digest}.aimodelx"
 
 
+def uses_os_runtime() -> bool:
+    """macOS with the OS Core AI framework: it loads `.aimodel` assets itself (and caches
+    their specialization), the way `AIModelAsset.executable()` decides. Not testable on this
+    Linux machine."""
+    import coreai.runtime
+
+    return sys.platform == "darwin" and bool(getattr(coreai.runtime, "_use_os_coreai", False))
+
+
 def ensure_lowered(bundle: Bundle) -> tuple[Path, bool]:
-    """Return (lowered dir, whether it was built now). Lowering is written atomically."""
+    """Return (loadable model dir, whether it was lowered now). Lowering is atomic."""
+    if uses_os_runtime():
+        return bundle.asset_path, False
     target = lowered_path(bundle)
     if (target / "main-universal.odix").is_file():
         return target, False
