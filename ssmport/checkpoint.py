@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pickle
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -208,6 +209,39 @@ class MappedSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._source.dtype(self._mapping[name][0])
+
+
+class SyntheticSource(TensorSource):
+    """Deterministic random fp32 weights, generated per tensor on first access.
+
+    Each tensor's generator is seeded from (seed, name), so values do not depend on the
+    order of access and a large model never has to exist in memory at once. Architectures
+    subclass it and say how one tensor is drawn (`generate`).
+    """
+
+    def __init__(self, shapes: Mapping[str, tuple[int, ...]], seed: int):
+        self.origin = f"<synthetic seed={seed}>"
+        self._seed = seed
+        self._shapes = dict(shapes)
+
+    def generate(self, name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        g = torch.Generator().manual_seed(self._seed * 1_000_003 + zlib.crc32(name.encode()))
+        return self.generate(name, self._shapes[name], g)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return torch.float32
 
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

@@ -12,9 +12,10 @@ from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
 
 DEFAULT_SEED = 0
-# Dimensions a checkpoint must share with the preset it is given for (LoRA ranks are read
-# from the weights, so they may differ).
-_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size")
+# Dimensions a checkpoint must share with the preset it is given for, whichever of them the
+# preset's architecture has (RWKV-7 LoRA ranks are read from the weights, so they may differ).
+_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",
+                "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel")  # fmt: skip
 
 
 def load_model(
@@ -118,10 +119,11 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
         config_json: dict[str, Any] = json.loads(cfg_path.read_text())
     except ValueError as exc:
         raise CheckpointError(f"{cfg_path}: invalid JSON ({exc})") from None
+    if not isinstance(config_json, dict):
+        raise CheckpointError(f"{cfg_path}: expected a JSON object")
     model_type = config_json.get("model_type")
-    hf_arch = set(config_json.get("architectures") or [])
     for arch in architectures():
-        if model_type == arch.name or hf_arch & set(arch.hf_architectures):
+        if arch.matches_hf_config(config_json):
             config, weights = arch.load_hf(config_json, open_hf_weights(folder))
             return _loaded(arch, config, weights, "hf", folder, folder.name, folder)
     raise CheckpointError(
