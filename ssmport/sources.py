@@ -27,8 +27,9 @@ def load_model(
 ) -> LoadedModel:
     """Resolve `spec` (preset name or checkpoint path) to a model ready to build.
 
-    The tokenizer vocab is, in order: `vocab`, a vocab file next to the checkpoint, or
-    the architecture's default for this config (RWKV World models: the bundled vocab).
+    The tokenizer is, in order: `vocab`, a World vocab or `tokenizer.json` next to the
+    checkpoint, or the architecture's default for this config (RWKV World models: the
+    bundled vocab).
     """
     model = _resolve(spec, weights, synthetic, seed)
     if vocab is not None:
@@ -48,9 +49,9 @@ def load_model(
 def _check_vocab_fits(model: LoadedModel) -> None:
     """A vocab whose ids exceed the embedding cannot be this model's: an explicit --vocab is
     an error, one merely found next to the checkpoint is left out (with a note)."""
-    from ssmport.tokenizers import WorldTokenizer
+    from ssmport.tokenizers import tokenizer_vocab_size
 
-    top = WorldTokenizer.from_file(model.vocab_path).vocab_size - 1
+    top = tokenizer_vocab_size(model.vocab_path) - 1
     if top < model.config.vocab_size:
         return
     problem = f"{model.vocab_path}: vocab ids reach {top}, beyond the model's {model.config.vocab_size}-row embedding"
@@ -144,9 +145,9 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
 
 
 def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: Path) -> LoadedModel:
-    from ssmport.tokenizers import find_vocab
+    from ssmport.tokenizers import find_tokenizer
 
-    vocab = find_vocab(vocab_dir)
+    vocab = find_tokenizer(vocab_dir)
     return LoadedModel(
         architecture=arch,
         config=config,
