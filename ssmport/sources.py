@@ -84,7 +84,7 @@ def _resolve(spec: str, weights, synthetic: bool, seed: int) -> LoadedModel:
                 name=preset.name,
             )
         raise SsmportError(
-            f"{spec} needs its weights: pass --weights PATH (a BlinkDL .pth or a Hugging Face "
+            f"{spec} needs its weights: pass --weights PATH (a checkpoint file or a Hugging Face "
             f"folder), or --synthetic for deterministic random weights (nothing is downloaded)"
         )
     if synthetic:
