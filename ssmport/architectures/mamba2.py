@@ -537,9 +537,8 @@ class _Mamba2(Architecture):
         canonical = canonical_shapes(cfg)
         native = {theirs: canonical[ours] for ours, (theirs, _) in names.items()}
         for ours, (theirs, _) in names.items():
-            if ours.endswith("conv1d.weight"):
+            if ours.endswith("conv1d.weight"):  # stored as a depthwise nn.Conv1d: [C, 1, K]
                 native[theirs] = (cfg.conv_dim, 1, cfg.conv_kernel)
-        # A tied checkpoint that still carries lm_head.weight keeps it (it is the head).
         check_strict(source, native, what=f"Mamba-2 {_describe(cfg)} ({layout})")
         return cfg, MappedSource(source, names, canonical)
 
