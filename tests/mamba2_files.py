@@ -84,7 +84,7 @@ def transformers_config(g: Geometry, tied: bool, **extra) -> dict:
         "hidden_act": "silu",
         "layer_norm_epsilon": 1e-5,
         "residual_in_fp32": True,
-        "time_step_limit": [0.0, float("inf")],
+        "time_step_limit": [0.0, {"__float__": "Infinity"}],  # how transformers 5 writes inf
         "tie_word_embeddings": tied,
         **extra,
     }

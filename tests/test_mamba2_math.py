@@ -177,3 +177,17 @@ def test_presets():
 def test_weights_for_a_preset_must_match_it(groups2):
     with pytest.raises(CheckpointError, match="does not match preset mamba2-130m"):
         load_model("mamba2-130m", weights=groups2)
+
+
+def test_folder_saved_by_transformers_itself(tmp_path):
+    """config.json exactly as transformers writes it (inf as {"__float__": "Infinity"}, its
+    defaults spelled out) and a tied head that save_pretrained leaves out."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    torch.manual_seed(0)
+    config = Mamba2Config(vocab_size=200, hidden_size=64, num_hidden_layers=2, num_heads=4, head_dim=32,
+                          state_size=24, n_groups=2, expand=2, tie_word_embeddings=True)  # fmt: skip
+    Mamba2ForCausalLM(config).save_pretrained(tmp_path / "saved")
+    ours = reference_logits(tmp_path / "saved", TOKENS)
+    theirs = transformers_logits(tmp_path / "saved", TOKENS)
+    assert (ours - theirs).abs().max() < 2e-5 * max(1.0, theirs.abs().max())

@@ -188,12 +188,20 @@ def _int(cj: Mapping[str, Any], key: str, origin: str, default: int | None = Non
         raise CheckpointError(f"{origin}: config.json lacks a valid {key!r}") from None
 
 
+def _json_float(value) -> float:
+    """A float from config.json: a number, Python's `Infinity`, or transformers 5's
+    `{"__float__": "Infinity"}` (how it writes non-finite floats)."""
+    if isinstance(value, Mapping) and set(value) == {"__float__"}:
+        value = value["__float__"]
+    return float(value)
+
+
 def _dt_limit(limit, origin: str) -> tuple[float, float | None]:
     """(lo, hi) with hi = None for "no upper bound" (JSON cannot say inf portably)."""
     if limit is None:
         return 0.0, None
     try:
-        lo, hi = (float(v) for v in limit)
+        lo, hi = (_json_float(v) for v in limit)
     except (TypeError, ValueError):
         raise CheckpointError(f"{origin}: time_step_limit / dt_limit {limit!r} is not a pair of numbers") from None
     return lo, (None if math.isinf(hi) else hi)
