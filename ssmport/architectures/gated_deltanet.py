@@ -323,6 +323,24 @@ def _conv_taps(conv_weight: torch.Tensor) -> torch.Tensor:
 # --------------------------------------------------------------------------------------
 
 
+def delta_rule_step(S, q, k, v, beta, decay):
+    """One gated delta-rule step for all value heads at once, as batched matmuls.
+
+    S [HV, dk, dv]; q, k [HV, dk] (normalised, q scaled); v [HV, dv]; beta, decay [HV, 1, 1].
+    Returns (o [HV, dv], S'). Both reads of the state happen before the update, in one
+    matmul: with S_d = decay * S and S' = S_d + k u^T,
+        k^T S_d = decay * (k^T S)        and        q^T S' = decay * (q^T S) + (q . k) u,
+    so the [HV, dk, dv] state (the bulk of the memory traffic) is read once and written once.
+    """
+    HV, dk, dv = S.shape
+    qk_S = torch.stack([q, k], dim=1) @ S  # [HV, 2, dv]: q^T S and k^T S
+    q_S, k_S = qk_S[:, 0:1], qk_S[:, 1:2]
+    u = beta * (v.view(HV, 1, dv) - decay * k_S)  # [HV, 1, dv]
+    o = decay * q_S + (q * k).sum(-1).view(HV, 1, 1) * u
+    S = S * decay + k.view(HV, dk, 1) * u
+    return o.view(HV, dv), S
+
+
 class _Layer(nn.Module):
     def __init__(self, cfg: GatedDeltaNetConfig, i: int, src: TensorSource, b: WeightBuilder):
         super().__init__()
@@ -378,12 +396,7 @@ class _Layer(nn.Module):
             beta = beta * 2.0
         decay = torch.exp(self.neg_A * F.softplus(a + self.dt_bias)).view(HV, 1, 1)
 
-        # The delta rule, in fp32 whatever the state's storage dtype.
-        S = S.float() * decay
-        k_col = k.view(HV, dk, 1)
-        u = beta * (v.view(HV, 1, dv) - k.view(HV, 1, dk) @ S)  # [HV, 1, dv]
-        S = S + k_col * u
-        o = (q.view(HV, 1, dk) @ S).view(HV, dv)
+        o, S = delta_rule_step(S.float(), q, k, v.view(HV, dv), beta, decay)  # fp32 whatever the state dtype
 
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.o_norm
         o = o.reshape(1, c.value_dim)
