@@ -178,6 +178,23 @@ def test_tied_embeddings_with_and_without_saved_head(tmp_path):
     assert torch.equal(model.weights["lm_head.weight"], 2 * model.weights["model.embeddings.weight"])
 
 
+def test_early_2025_checkpoints_with_unused_D_load(tmp_path):
+    """fla saved an unused per-head `attn.D` until 2025-03-12; it changes nothing."""
+    from safetensors.torch import save_file
+
+    d = GDNDims(v_heads=2)
+    folder = write_gdn_folder(tmp_path / "old", d, seed=11)
+    new = load_checkpoint(folder)
+    sd = fla_gdn_tensors(d, seed=11) | {f"model.layers.{i}.attn.D": torch.ones(2) for i in range(d.layers)}
+    save_file(sd, str(folder / "model.safetensors"))
+    old = load_checkpoint(folder)
+    assert set(old.weights) == set(new.weights)
+    sd["model.layers.0.attn.D"] = torch.ones(3)
+    save_file(sd, str(folder / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"attn.D \[3\] \(expected \[2\]\)"):
+        load_checkpoint(folder)
+
+
 def test_bf16_sharded_folder_loads_lazily(tmp_path):
     folder = write_gdn_folder(tmp_path / "bf16", GDNDims(), seed=10, dtype=torch.bfloat16, shards=3)
     model = load_checkpoint(folder)

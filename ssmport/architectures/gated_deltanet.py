@@ -469,7 +469,9 @@ class _GatedDeltaNet(Architecture):
         # Tied models may or may not carry lm_head.weight; when present it is the head.
         tied = bool(config_json.get("tie_word_embeddings", False)) and "lm_head.weight" not in source
         expected = {n: s for n, s in shapes.items() if not (tied and n == "lm_head.weight")}
-        check_strict(source, expected, what=f"Gated DeltaNet {_describe(cfg)} (fla layout)")
+        # fla from 2024-12-20 to 2025-03-12 saved a per-head `attn.D` it never used (fla #226).
+        unused = {f"{_layer(i)}attn.D": (cfg.num_v_heads,) for i in range(cfg.num_layers)}
+        check_strict(source, expected | unused, frozenset(unused), what=f"Gated DeltaNet {_describe(cfg)} (fla layout)")
         mapping = {n: (n, _to_f32) for n in shapes}
         if tied:
             mapping["lm_head.weight"] = ("model.embeddings.weight", _to_f32)
