@@ -31,7 +31,7 @@ import torch
 
 import ssmport  # noqa: F401  (silences coreai-torch's version warning)
 from ssmport.architectures.gated_deltanet import delta_rule_step
-from ssmport.state import read_layer, write_once
+from ssmport.state import read_layer_by_matmul, write_once
 
 INPUTS = ("q", "k", "v", "g", "beta")
 
@@ -49,7 +49,7 @@ class Recurrence(torch.nn.Module):
         HV, dk = q.shape
         outs, states = [], []
         for i in range(self.layers):
-            S = read_layer(self.recState, i)[0]  # [HV, dk, dv]
+            S = read_layer_by_matmul(self.recState, i)[0]  # [HV, dk, dv], as the decode module reads it
             if self.variant == "plain":
                 o, S = delta_rule_step(S, q * dk**-0.5, k, v, beta.view(HV, 1, 1), torch.exp(g).view(HV, 1, 1))
             else:  # the composite takes [B, H, S, D] and scales q itself

@@ -29,7 +29,7 @@ from ssmport.architectures.base import Architecture, Preset
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.quant.plan import WeightBuilder
-from ssmport.state import StateSpec, read_layer, register_states, write_once
+from ssmport.state import StateSpec, read_layer, read_layer_by_matmul, register_states, write_once
 
 L2NORM_EPS = 1e-6  # fla's in-kernel q/k normalisation: x / sqrt(sum(x^2) + 1e-6)
 CONV_STATE = "convState"
@@ -434,7 +434,8 @@ class GatedDeltaNetDecode(nn.Module):
         convs: list[torch.Tensor] = []
         recs: list[torch.Tensor] = []
         for i, layer in enumerate(self.layers):
-            x, conv, S = layer(x, read_layer(self.convState, i)[0], read_layer(self.recState, i)[0])
+            # recState slices are large (786k floats per layer at 1.3B): read them by matmul
+            x, conv, S = layer(x, read_layer(self.convState, i)[0], read_layer_by_matmul(self.recState, i)[0])
             convs.append(conv)
             recs.append(S)
         write_once(self.convState, convs)
