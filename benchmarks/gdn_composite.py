@@ -12,6 +12,10 @@ runtime, and max |Δ| of the new state against the plain variant. Defaults: the
 gated-deltanet-1.3b geometry (HV 6, dk 256, dv 512), 21 layers.
 
     python benchmarks/gdn_composite.py [--layers 21] [--calls 20]
+    python benchmarks/gdn_composite.py --layers 4 --read gather --profile   # ops by time
+
+`--read` picks how a layer's slice of the stacked state is read: `matmul` (what the decode
+module does, `state.read_layer_by_matmul`) or `gather` (`state.read_layer`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import argparse
 import asyncio
 import contextlib
 import io
+import itertools
 import tempfile
 import time
 import traceback
@@ -31,14 +36,15 @@ import torch
 
 import ssmport  # noqa: F401  (silences coreai-torch's version warning)
 from ssmport.architectures.gated_deltanet import delta_rule_step
-from ssmport.state import read_layer_by_matmul, write_once
+from ssmport.state import read_layer, read_layer_by_matmul, write_once
 
 INPUTS = ("q", "k", "v", "g", "beta")
 
 
 class Recurrence(torch.nn.Module):
-    def __init__(self, variant: str, layers: int, hv: int, dk: int, dv: int):
+    def __init__(self, variant: str, layers: int, hv: int, dk: int, dv: int, read: str = "matmul"):
         super().__init__()
+        self.read = read_layer_by_matmul if read == "matmul" else read_layer
         from coreai_torch.composite_ops import GatedDeltaUpdate
 
         self.variant, self.layers = variant, layers
@@ -49,7 +55,7 @@ class Recurrence(torch.nn.Module):
         HV, dk = q.shape
         outs, states = [], []
         for i in range(self.layers):
-            S = read_layer_by_matmul(self.recState, i)[0]  # [HV, dk, dv], as the decode module reads it
+            S = self.read(self.recState, i)[0]  # [HV, dk, dv]
             if self.variant == "plain":
                 o, S = delta_rule_step(S, q * dk**-0.5, k, v, beta.view(HV, 1, 1), torch.exp(g).view(HV, 1, 1))
             else:  # the composite takes [B, H, S, D] and scales q itself
@@ -81,7 +87,27 @@ def convert(variant: str, module: torch.nn.Module, example):
         return conv.to_coreai()
 
 
-def run(variant: str, layers: int, hv: int, dk: int, dv: int, calls: int, seed: int = 0):
+def op_profiler(totals: dict):
+    """A runtime Profiler adding each op's wall time to totals[op name]."""
+    from coreai.runtime import Profiler
+
+    begins: dict[int, tuple[float, str]] = {}
+    keys = itertools.count()
+
+    def begin(event) -> int:
+        key = next(keys)
+        begins[key] = (time.perf_counter(), event.event_id)
+        return key
+
+    def end(event, key: int) -> None:
+        start, name = begins.pop(key)
+        totals[name] = totals.get(name, 0.0) + time.perf_counter() - start
+
+    return Profiler(on_log_event_begin=begin, on_log_event_end=end)
+
+
+def run(variant: str, layers: int, hv: int, dk: int, dv: int, calls: int, read: str = "matmul",
+        profile: dict | None = None, seed: int = 0):
     from coreai.runtime import AIModel, NDArray
 
     g = torch.Generator().manual_seed(seed)
@@ -89,7 +115,7 @@ def run(variant: str, layers: int, hv: int, dk: int, dv: int, calls: int, seed: 
     k = torch.nn.functional.normalize(torch.randn(hv, dk, generator=g), dim=-1)
     example = (q, k, torch.randn(hv, dv, generator=g), -torch.rand(hv, generator=g), torch.rand(hv, generator=g))
     start = time.perf_counter()
-    program = convert(variant, Recurrence(variant, layers, hv, dk, dv).eval(), example)
+    program = convert(variant, Recurrence(variant, layers, hv, dk, dv, read).eval(), example)
     convert_s = time.perf_counter() - start
     ir = str(program)
     with tempfile.TemporaryDirectory() as tmp:
@@ -99,7 +125,7 @@ def run(variant: str, layers: int, hv: int, dk: int, dv: int, calls: int, seed: 
         asset._write_odix(lowered)
         loop = asyncio.new_event_loop()
         model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function("main")
+        fn = model.load_function("main", profiler=op_profiler(profile)) if profile is not None else model.load_function("main")
         state = {"recState": NDArray(np.zeros((layers, 1, hv, dk, dv), np.float32))}
         feeds = {n: NDArray(t.numpy()) for n, t in zip(INPUTS, example)}
         for _ in range(3):  # warm-up, and a state that has seen three tokens
@@ -124,12 +150,22 @@ def main() -> None:
     p.add_argument("--dk", type=int, default=256)
     p.add_argument("--dv", type=int, default=512)
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--read", choices=("matmul", "gather"), default="matmul")
+    p.add_argument("--profile", action="store_true", help="per-op times of the plain variant")
     a = p.parse_args()
-    print(f"gated delta rule, {a.layers} layers x HV {a.heads}, dk {a.dk}, dv {a.dv}, fp32, {a.calls} calls")
+    print(f"gated delta rule, {a.layers} layers x HV {a.heads}, dk {a.dk}, dv {a.dv}, fp32, {a.calls} calls, "
+          f"{a.read} reads")
+    if a.profile:
+        totals: dict[str, float] = {}
+        run("plain", a.layers, a.heads, a.dk, a.dv, a.calls, a.read, profile=totals)
+        calls = a.calls + 3
+        for name, seconds in sorted(totals.items(), key=lambda kv: -kv[1])[:10]:
+            print(f"  {1000 * seconds / calls:8.2f} ms/call  {name}")
+        return
     reference = None
     for variant in ("plain", "composite", "externalized"):
         try:
-            state, info = run(variant, a.layers, a.heads, a.dk, a.dv, a.calls)
+            state, info = run(variant, a.layers, a.heads, a.dk, a.dv, a.calls, a.read)
         except Exception as exc:  # report and go on: whether it converts is the question
             last = traceback.format_exception_only(exc)[-1].strip()
             print(f"  {variant:12} FAILED: {last[:300]}")
