@@ -204,7 +204,7 @@ def test_bf16_sharded_folder_loads_lazily(tmp_path):
     assert rel_err(transformers_reference_logits(folder, TOKENS[:5]), ours) < 1e-5
 
 
-def test_presets_have_fla_geometry():
+def test_presets_have_fla_geometry(tmp_path):
     from ssmport.architectures.gated_deltanet import canonical_shapes
 
     big = load_model("gated-deltanet-1.3b", synthetic=True)
@@ -215,6 +215,12 @@ def test_presets_have_fla_geometry():
     assert 1.25e9 < params < 1.45e9
     with pytest.raises(Exception, match="--weights PATH"):
         load_model("gated-deltanet-1.3b")
+    like_tiny = dict(vocab=512, hidden=128, layers=2, heads=2, head_dim=32, v_heads=4, expand_v=1.5, hidden_ratio=3)
+    same = load_model("gated-deltanet-tiny", weights=write_gdn_folder(tmp_path / "same", GDNDims(**like_tiny), seed=1))
+    assert same.name == "gated-deltanet-tiny" and same.provenance["kind"] == "hf"
+    other = write_gdn_folder(tmp_path / "other", GDNDims(**like_tiny | dict(head_dim=16, expand_v=3)), seed=1)
+    with pytest.raises(CheckpointError, match=r"does not match preset gated-deltanet-tiny: head_dim=16 \(preset 32\)"):
+        load_model("gated-deltanet-tiny", weights=other)
     tiny = load_model("gated-deltanet-tiny")
     assert tiny.synthetic and tiny.config.num_v_heads > tiny.config.num_heads
     assert tiny.config.head_v_dim != tiny.config.head_dim
