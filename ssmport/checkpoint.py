@@ -74,6 +74,40 @@ class DictSource(TensorSource):
         return self._tensors[name].dtype
 
 
+class GeneratedSource(TensorSource):
+    """Deterministic synthetic tensors, each generated on first access from (seed, name).
+
+    `init(name, shape, generator)` makes one tensor; values do not depend on the order of
+    access, and a multi-GB model never has to exist in memory at once.
+    """
+
+    def __init__(
+        self,
+        shapes: Mapping[str, tuple[int, ...]],
+        seed: int,
+        init: Callable[[str, tuple[int, ...], torch.Generator], torch.Tensor],
+    ):
+        self.origin = f"<synthetic seed={seed}>"
+        self._shapes, self._seed, self._init = dict(shapes), seed, init
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        shape = self._shapes[name]
+        g = torch.Generator().manual_seed(self._seed * 1_000_003 + zlib.crc32(name.encode()))
+        return self._init(name, shape, g).float()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return torch.float32
+
+
 class PthSource(DictSource):
     """A flat `{name: tensor}` pickle (BlinkDL `.pth`, HF `pytorch_model.bin`), memory-mapped."""
 
@@ -209,39 +243,6 @@ class MappedSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._source.dtype(self._mapping[name][0])
-
-
-class SyntheticSource(TensorSource):
-    """Deterministic random fp32 weights, generated per tensor on first access.
-
-    Each tensor's generator is seeded from (seed, name), so values do not depend on the
-    order of access and a large model never has to exist in memory at once. Architectures
-    subclass it and say how one tensor is drawn (`generate`).
-    """
-
-    def __init__(self, shapes: Mapping[str, tuple[int, ...]], seed: int):
-        self.origin = f"<synthetic seed={seed}>"
-        self._seed = seed
-        self._shapes = dict(shapes)
-
-    def generate(self, name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-        raise NotImplementedError
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        g = torch.Generator().manual_seed(self._seed * 1_000_003 + zlib.crc32(name.encode()))
-        return self.generate(name, self._shapes[name], g)
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._shapes)
-
-    def __len__(self) -> int:
-        return len(self._shapes)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._shapes[name]
-
-    def dtype(self, name: str) -> torch.dtype:
-        return torch.float32
 
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

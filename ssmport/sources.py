@@ -12,10 +12,11 @@ from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
 
 DEFAULT_SEED = 0
-# Dimensions a checkpoint must share with the preset it is given for, whichever of them the
-# preset's architecture has (RWKV-7 LoRA ranks are read from the weights, so they may differ).
-_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",
-                "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel")  # fmt: skip
+# Dimensions a checkpoint must share with the preset it is given for (LoRA ranks are read
+# from the weights, so they may differ).
+_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",  # RWKV-7
+                "num_heads", "head_dim", "num_v_heads", "head_v_dim", "intermediate_size",  # Gated DeltaNet
+                "state_size", "n_groups", "conv_kernel")  # Mamba-2
 
 
 def load_model(

@@ -157,7 +157,7 @@ def transformers_step_logits(folder: Path, tokens: list[int]):
     cache, rows = None, []
     with torch.no_grad():
         for t in tokens:
-            out = model(torch.tensor([[t]]), cache=cache, use_cache=True)
-            cache = out.cache
+            out = model(torch.tensor([[t]]), cache_params=cache, use_cache=True)
+            cache = out.cache_params
             rows.append(out.logits[0, -1].float())
     return torch.stack(rows), cache

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ir_text import writes_per_state_in_text
+from ir_checks import writes_per_state
 from rwkv7_files import rwkv_package_logits
 from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
@@ -90,7 +90,7 @@ def test_each_state_written_once_in_ir(blinkdl_pth, quant):
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
     program, _ = convert(model, builder, torch.float32)
-    assert writes_per_state_in_text(program) == {"recState": 1, "shiftState": 1}
+    assert writes_per_state(program) == {"recState": 1, "shiftState": 1}
 
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):

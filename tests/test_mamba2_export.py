@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ir_text import writes_per_state_in_text
+from ir_checks import writes_per_state
 from mamba2_files import Geometry, transformers_logits, write_transformers_folder
 from ssmport.cli.main import main
 from ssmport.exporter import convert
@@ -94,7 +94,7 @@ def test_each_state_written_once_in_ir(folder, quant):
     model = load_checkpoint(folder)
     program, signature = convert(model, WeightBuilder(get_recipe(quant), model.architecture.keeps_float), torch.float32)
     assert signature.writes_per_state == {"convState": 1, "ssmState": 1}
-    assert writes_per_state_in_text(program) == {"convState": 1, "ssmState": 1}
+    assert writes_per_state(program) == {"convState": 1, "ssmState": 1}
 
 
 def test_tokenizer_json_passthrough_and_cli(fp32_bundle, folder, capsys, tmp_path):

@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import Architecture, Preset
-from ssmport.checkpoint import MappedSource, SyntheticSource, TensorSource, check_strict
+from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, register_states, write_once
@@ -307,37 +307,30 @@ def _checkpoint_names(cfg: Mamba2Config, embedding: str, head: str) -> dict[str,
 # --------------------------------------------------------------------------------------
 
 
-class SyntheticWeights(SyntheticSource):
-    """Deterministic random canonical weights (generated per tensor, seeded per name).
-
-    Scales follow mamba_ssm's init: A = 1..16, dt = softplus^-1 of log-uniform [1e-3, 1e-1], D = 1.
-    """
-
-    def __init__(self, cfg: Mamba2Config, seed: int):
-        super().__init__(canonical_shapes(cfg), seed)
-
-    def generate(self, name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-        rand = torch.rand(shape, generator=g)
-        randn = torch.randn(shape, generator=g)
-        leaf = name.split(".mixer.", 1)[1] if ".mixer." in name else name
-        if name == "embeddings.weight":
-            return randn
-        if leaf == "A_log":
-            return torch.log(1 + 15 * rand)
-        if leaf == "dt_bias":
-            dt = torch.exp(rand * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-            return dt + torch.log(-torch.expm1(-dt))  # inverse softplus
-        if leaf == "D":
-            return 1.0 + 0.1 * randn
-        if leaf == "conv1d.weight":
-            return randn / math.sqrt(shape[-1])
-        if leaf.endswith(".bias") or leaf == "conv1d.bias":
-            return 0.1 * randn
-        if len(shape) == 1:  # norm gains
-            return 1.0 + 0.1 * randn
-        if name == "lm_head.weight":
-            return randn * (2.0 / math.sqrt(shape[1]))
-        return randn / math.sqrt(shape[1])  # in_proj / out_proj
+def _synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Deterministic random canonical weights (see `GeneratedSource`). Scales follow
+    mamba_ssm's init: A = 1..16, dt = softplus^-1 of log-uniform [1e-3, 1e-1], D = 1."""
+    rand = torch.rand(shape, generator=g)
+    randn = torch.randn(shape, generator=g)
+    leaf = name.split(".mixer.", 1)[1] if ".mixer." in name else name
+    if name == "embeddings.weight":
+        return randn
+    if leaf == "A_log":
+        return torch.log(1 + 15 * rand)
+    if leaf == "dt_bias":
+        dt = torch.exp(rand * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        return dt + torch.log(-torch.expm1(-dt))  # inverse softplus
+    if leaf == "D":
+        return 1.0 + 0.1 * randn
+    if leaf == "conv1d.weight":
+        return randn / math.sqrt(shape[-1])
+    if leaf.endswith(".bias") or leaf == "conv1d.bias":
+        return 0.1 * randn
+    if len(shape) == 1:  # norm gains
+        return 1.0 + 0.1 * randn
+    if name == "lm_head.weight":
+        return randn * (2.0 / math.sqrt(shape[1]))
+    return randn / math.sqrt(shape[1])  # in_proj / out_proj
 
 
 # --------------------------------------------------------------------------------------
@@ -551,7 +544,7 @@ class _Mamba2(Architecture):
         return cfg, MappedSource(source, names, canonical)
 
     def synthetic_weights(self, config: Mamba2Config, seed: int) -> TensorSource:
-        return SyntheticWeights(config, seed)
+        return GeneratedSource(canonical_shapes(config), seed, _synthetic_init)
 
     def state_specs(self, config: Mamba2Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config

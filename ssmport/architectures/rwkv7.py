@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import Architecture, Preset
-from ssmport.checkpoint import MappedSource, SyntheticSource, TensorSource, check_strict
+from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, register_states, write_once
@@ -358,42 +358,35 @@ def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config
 # --------------------------------------------------------------------------------------
 
 
-class SyntheticWeights(SyntheticSource):
-    """Deterministic random canonical weights (generated per tensor, seeded per name).
-
-    Scales follow RWKV-LM's init ranges closely enough for lively, non-degenerate logits.
-    """
-
-    def __init__(self, cfg: RWKV7Config, seed: int):
-        super().__init__(canonical_shapes(cfg), seed)
-
-    def generate(self, name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-        randn = torch.randn(shape, generator=g)
-        leaf = name.rsplit(".", 1)[-1]
-        fan_in = shape[-1] if name.endswith(".weight") and len(shape) == 2 else shape[0]
-        if name == "emb.weight":
-            return randn
-        if name.endswith(".weight") and len(shape) == 1:  # norm gains
-            return 1.0 + 0.1 * randn
-        if name.endswith(".bias"):
-            return 0.1 * randn
-        if leaf.startswith("x_"):
-            return torch.rand(shape, generator=g)
-        if leaf == "w0":
-            return torch.linspace(-6.0, -0.5, shape[0]) + 0.3 * randn
-        if leaf in ("a0", "v0"):
-            return 0.5 * randn
-        if leaf == "k_k":
-            return 0.7 + 0.1 * randn
-        if leaf == "k_a":
-            return 1.0 + 0.05 * randn
-        if leaf == "r_k":
-            return -0.04 + 0.2 * randn
-        if leaf[:1] in "wavg" and leaf[1:] in ("1", "2"):
-            return randn * (0.5 / math.sqrt(shape[0]))
-        if name == "head.weight":
-            return randn * (2.0 / math.sqrt(fan_in))
-        return randn / math.sqrt(fan_in)  # r/k/v/o and FFN projections
+def _synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Deterministic random canonical weights (see `GeneratedSource`). Scales follow
+    RWKV-LM's init ranges closely enough for lively, non-degenerate logits."""
+    randn = torch.randn(shape, generator=g)
+    leaf = name.rsplit(".", 1)[-1]
+    fan_in = shape[-1] if name.endswith(".weight") and len(shape) == 2 else shape[0]
+    if name == "emb.weight":
+        return randn
+    if name.endswith(".weight") and len(shape) == 1:  # norm gains
+        return 1.0 + 0.1 * randn
+    if name.endswith(".bias"):
+        return 0.1 * randn
+    if leaf.startswith("x_"):
+        return torch.rand(shape, generator=g)
+    if leaf == "w0":
+        return torch.linspace(-6.0, -0.5, shape[0]) + 0.3 * randn
+    if leaf in ("a0", "v0"):
+        return 0.5 * randn
+    if leaf == "k_k":
+        return 0.7 + 0.1 * randn
+    if leaf == "k_a":
+        return 1.0 + 0.05 * randn
+    if leaf == "r_k":
+        return -0.04 + 0.2 * randn
+    if leaf[:1] in "wavg" and leaf[1:] in ("1", "2"):
+        return randn * (0.5 / math.sqrt(shape[0]))
+    if name == "head.weight":
+        return randn * (2.0 / math.sqrt(fan_in))
+    return randn / math.sqrt(fan_in)  # r/k/v/o and FFN projections
 
 
 # --------------------------------------------------------------------------------------
@@ -633,7 +626,7 @@ class _RWKV7(Architecture):
         return cfg, MappedSource(source, names, canonical)
 
     def synthetic_weights(self, config: RWKV7Config, seed: int) -> TensorSource:
-        return SyntheticWeights(config, seed)
+        return GeneratedSource(canonical_shapes(config), seed, _synthetic_init)
 
     def state_specs(self, config: RWKV7Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config
