@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ssmport.architectures import Architecture, LoadedModel, get_architecture, presets
+from ssmport.architectures import Architecture, LoadedModel, architectures, presets
 from ssmport.errors import CheckpointError
 
 CHECKS = ("registered", "config", "synthetic", "states", "builder", "reference", "quant", "ir (fp16 state)",
@@ -196,7 +196,8 @@ class _Runner:
 
 
 def _check_registered(arch: Architecture):
-    registered = get_architecture(arch.name)
+    registered = {a.name: a for a in architectures()}.get(arch.name)
+    assert registered is not None, f"{arch.name!r} is not registered: call ssmport.register_architecture on it"
     assert registered is arch, f"get_architecture({arch.name!r}) returns another object: call register_architecture"
     return "", None
 
