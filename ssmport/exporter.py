@@ -163,7 +163,7 @@ def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype
     with stages.stage("Building weights", total=total):
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
-    check_buffers(module, specs)
+    _check_buffers(module, specs)
     _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
@@ -196,8 +196,7 @@ def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype
     return program, signature
 
 
-def check_buffers(module: torch.nn.Module, specs) -> None:
-    """Raise unless the module's own buffers are exactly the declared states, in order."""
+def _check_buffers(module: torch.nn.Module, specs) -> None:
     got = [(n, tuple(b.shape), b.dtype) for n, b in module.named_buffers() if "." not in n]
     want = [(s.name, s.shape, s.dtype) for s in specs]
     if got != want:

@@ -51,7 +51,8 @@ from ssmport.errors import CheckpointError
 
 CHECKS = ("registered", "config", "synthetic", "states", "builder", "reference", "quant", "ir (fp16 state)",
           "export + gate", "coreai", "strict loading", "prefill")  # fmt: skip
-FP32_REL_TOLERANCE = 1e-4  # fp32 vs fp32 differs by summation order only (docs/parity.md)
+FP32_REL_TOLERANCE = 1e-4
+PREFILL_CHUNK = 5  # does not divide the default 12 steps: full chunks and a padded one  # fp32 vs fp32 differs by summation order only (docs/parity.md)
 UNEXPECTED_TENSOR = "ssmport_contract_probe.unexpected"
 
 
@@ -151,7 +152,7 @@ def check_architecture(
     report.bundle = bundle
     run("coreai", lambda: _check_coreai(arch, model, bundle, tokens, reference))
     run("strict loading", lambda: _check_strict(arch, model, checkpoint, workdir / "strict", strict_probe))
-    run("prefill", lambda: _check_prefill(arch, model, tokens))
+    run("prefill", lambda: _check_prefill(arch, model, tokens, workdir / "prefill"))
     return report
 
 
@@ -239,7 +240,7 @@ def _check_synthetic(arch: Architecture, model: LoadedModel, seed: int):
 
 
 def _check_states(arch: Architecture, model: LoadedModel):
-    from ssmport.exporter import check_buffers
+    from ssmport.exporter import _check_buffers as check_buffers  # the exporter's own check
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
@@ -313,7 +314,8 @@ def _check_ir(arch: Architecture, model: LoadedModel, state_dtype: torch.dtype):
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
-    _, sig = convert(model, WeightBuilder(get_recipe("fp32"), arch.keeps_float), state_dtype)  # checks the contract
+    converted = convert(model, WeightBuilder(get_recipe("fp32"), arch.keeps_float), state_dtype)  # checks the contract
+    sig = converted.decode if hasattr(converted, "decode") else converted[1]
     writes = ", ".join(f"{n} x{c}" for n, c in sig.writes_per_state.items())
     return f"writes {writes}", None
 
@@ -389,10 +391,36 @@ def _check_strict(arch: Architecture, model: LoadedModel, checkpoint, work: Path
     return f"{len(tensors)} tensors; probe {probe}", None
 
 
-def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int]):
-    if not callable(getattr(arch, "build_prefill", None)):
+def _has_prefill(arch: Architecture) -> bool:
+    own = getattr(type(arch), "build_prefill", None)
+    return own is not None and own is not getattr(Architecture, "build_prefill", None)
+
+
+def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], out: Path):
+    """Prefill (chunks of PREFILL_CHUNK, the last one padded) == the M=1 loop on Core AI:
+    the logits after the last token and every state."""
+    from ssmport.exporter import export
+    from ssmport.runtime import Runner
+
+    if not _has_prefill(arch):
         raise _Skip("the architecture has no prefill form")
-    raise _Skip("prefill check not wired yet")  # replaced once the prefill API lands
+    result = export(model, out, quant="fp32", gate=False, progress=False, overwrite=True, prefill_chunk=PREFILL_CHUNK)
+    assert result.manifest.get("prefill"), "build_prefill is defined but the bundle has no prefill function"
+    with Runner(result.path) as runner:
+        names = runner.state_names
+        assert runner.has_prefill, "the runner does not use the bundle's prefill function"
+        prefilled = runner.feed(tokens)
+        after_prefill = {n: runner.state(n) for n in names}
+        runner.reset()
+        looped = step_logits(runner, tokens)[-1]
+        after_loop = {n: runner.state(n) for n in names}
+    err = _rel_err(looped, prefilled)
+    assert err <= FP32_REL_TOLERANCE, f"prefill vs M=1 loop: logits max rel |Δ| {err:.2e} > {FP32_REL_TOLERANCE:g}"
+    for n in names:
+        s_err = _rel_err(after_loop[n], after_prefill[n])
+        assert s_err <= FP32_REL_TOLERANCE, f"prefill vs M=1 loop: state {n} max rel |Δ| {s_err:.2e}"
+    chunks = -(-len(tokens) // PREFILL_CHUNK)
+    return f"{len(tokens)} tokens in {chunks} chunks of {PREFILL_CHUNK}: logits rel |Δ| {err:.1e}, states equal", None
 
 
 # --------------------------------------------------------------------------------------
