@@ -7,6 +7,7 @@ that check, with a message that says what is wrong. The variants are never regis
 
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -77,3 +78,55 @@ def test_weights_outside_the_builder_are_caught(tmp_path):
 def test_undeclared_buffer_is_caught(tmp_path):
     report = check_architecture(make_toy("toy_buf", _StateNotDeclared), TINY, tmp_path, only=["states"])
     assert "scratch" in _failed(report)["states"]
+
+
+def _toy_prefill_class(respect_valid_len: bool):
+    """A prefill form for the toy (ssmport.prefill's signature); the broken one runs the
+    recurrence over the padding too."""
+    from ssmport.prefill import last_valid, scan
+    from ssmport.state import read_layer, register_states, write_once
+
+    class ToyPrefill(nn.Module):
+        def __init__(self, arch, c, decode, state_dtype):
+            super().__init__()
+            self.emb, self.w, self.decay, self.out = decode.emb, decode.w, decode.decay, decode.out  # shared
+            self.vocab = c.vocab_size
+            register_states(self, arch.state_specs(c, state_dtype))
+
+        def forward(self, input_ids, position_ids, valid_len):
+            T = input_ids.shape[1]
+            steps = valid_len if respect_valid_len else torch.full_like(valid_len, T)
+            x = F.embedding(input_ids.view(T), self.emb).float()  # [T, C]
+            new = []
+            for i, w in enumerate(self.w):
+                a = torch.sigmoid(self.decay[i])
+
+                def step(h, u, a=a):
+                    h = a * h + (1 - a) * u
+                    return h, h
+
+                h, hs = scan(step, read_layer(self.h, i)[0].float().view(-1), (torch.tanh(w(x)),), steps, (x.shape[1],))
+                new.append(h)
+                x = x + hs
+            write_once(self.h, new)
+            return self.out(last_valid(x, valid_len)).view(1, 1, self.vocab)
+
+    return ToyPrefill
+
+
+def _toy_with_prefill(respect_valid_len: bool):
+    prefill_cls = _toy_prefill_class(respect_valid_len)
+
+    class ToyWithPrefill(Toy):
+        def build_prefill(self, c, decode, chunk):
+            return prefill_cls(self, c, decode, decode.h.dtype)
+
+    return ToyWithPrefill
+
+
+def test_prefill_check_passes_a_sound_prefill_and_catches_padding_leaks(tmp_path):
+    pytest.importorskip("ssmport.prefill", reason="the prefill API is not in this tree")
+    good = check_architecture(make_toy("toy_pf", _toy_with_prefill(True)), TINY, tmp_path / "a", only=["prefill"])
+    assert good.get("prefill").passed, str(good)
+    bad = check_architecture(make_toy("toy_pfx", _toy_with_prefill(False)), TINY, tmp_path / "b", only=["prefill"])
+    assert "prefill vs M=1 loop" in _failed(bad)["prefill"], str(bad)
