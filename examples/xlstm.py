@@ -5,8 +5,8 @@ not ship; docs/adding-an-architecture.md walks through it. Run it:
 
     python examples/xlstm.py --out out/        # writes a tiny checkpoint (fixed seed), exports
                                                # it, gates it on Core AI, generates
-    ssmport --plugin examples/xlstm.py export out/xlstm-tiny-checkpoint -o out/
-    ssmport --plugin examples/xlstm.py gate out/xlstm-tiny-checkpoint-fp32
+    ssmport --plugin examples/xlstm.py export out/xlstm-tiny-checkpoint -o out/   # int8keepproj
+    ssmport --plugin examples/xlstm.py gate out/xlstm-tiny-checkpoint-int8keepproj
 
 The model (Beck et al. 2024, "xLSTM"; the 7B layout of Beck et al. 2025), per block:
 
