@@ -95,7 +95,9 @@ def config_from_hf(cj: Mapping[str, Any], origin: str) -> XLSTMConfig:
             num_heads=heads,
             qk_dim=int(width * float(cj.get("qk_dim_factor", 0.5))),  # as xLSTMLayer sizes it
             v_dim=int(width * float(cj.get("v_dim_factor", 1.0))),
-            ffn_size=_round_up(width * float(cj.get("ffn_proj_factor", 2.667)), int(cj.get("ffn_round_up_to_multiple_of", 64))),
+            ffn_size=_round_up(
+                width * float(cj.get("ffn_proj_factor", 2.667)), int(cj.get("ffn_round_up_to_multiple_of", 64))
+            ),
             norm_eps=float(cj.get("norm_eps", 1e-6)),
             cell_eps=float(cj.get("eps", 1e-6)),
             gate_soft_cap=float(cj.get("gate_soft_cap", 15.0)),
@@ -290,7 +292,8 @@ class _XLSTM(ssmport.Architecture):
         c = config_from_hf(config_json, source.origin)
         names = hf_names(c)
         shapes = canonical_shapes(c)
-        check_strict(source, {names[k]: s for k, s in shapes.items()}, what=f"xLSTM (L={c.num_layers} C={c.hidden_size})")
+        expected = {names[k]: s for k, s in shapes.items()}
+        check_strict(source, expected, what=f"xLSTM (L={c.num_layers} C={c.hidden_size})")
         return c, MappedSource(source, {k: (hf, _float) for k, hf in names.items()}, shapes)
 
     def synthetic_weights(self, c: XLSTMConfig, seed: int) -> TensorSource:

@@ -52,8 +52,8 @@ from ssmport.errors import CheckpointError
 
 CHECKS = ("registered", "config", "synthetic", "states", "builder", "reference", "quant", "ir (fp16 state)",
           "export + gate", "coreai", "strict loading", "prefill")  # fmt: skip
-FP32_REL_TOLERANCE = 1e-4
-PREFILL_CHUNK = 5  # does not divide the default 12 steps: full chunks and a padded one  # fp32 vs fp32 differs by summation order only (docs/parity.md)
+FP32_REL_TOLERANCE = 1e-4  # fp32 vs fp32 differs by summation order only (docs/parity.md)
+PREFILL_CHUNK = 5  # does not divide the default 12 steps: full chunks and a padded one
 UNEXPECTED_TENSOR = "ssmport_contract_probe.unexpected"
 
 
@@ -99,7 +99,9 @@ class ContractReport:
         return self
 
 
-def assert_architecture(arch: Architecture, tiny: str | Mapping[str, Any] | None, workdir: Path, **kwargs) -> ContractReport:
+def assert_architecture(
+    arch: Architecture, tiny: str | Mapping[str, Any] | None, workdir: str | Path, **kwargs
+) -> ContractReport:
     """`check_architecture(...)`, raising one AssertionError that lists every failure."""
     return check_architecture(arch, tiny, workdir, **kwargs).assert_ok()
 
@@ -157,6 +159,13 @@ def check_architecture(
     return report
 
 
+def _require(condition: Any, message: str) -> None:
+    """A contract check: an AssertionError with the reason (unlike `assert`, never
+    stripped by `python -O`)."""
+    if not condition:
+        raise AssertionError(message)
+
+
 class _Skip(Exception):
     """Raised by a check that does not apply."""
 
@@ -199,8 +208,8 @@ class _Runner:
 
 def _check_registered(arch: Architecture):
     registered = {a.name: a for a in architectures()}.get(arch.name)
-    assert registered is not None, f"{arch.name!r} is not registered: call ssmport.register_architecture on it"
-    assert registered is arch, f"get_architecture({arch.name!r}) returns another object: call register_architecture"
+    _require(registered is not None, f"{arch.name!r} is not registered: call ssmport.register_architecture on it")
+    _require(registered is arch, f"get_architecture({arch.name!r}) returns another object: call register_architecture")
     return "", None
 
 
@@ -211,32 +220,33 @@ def _synthetic_model(arch: Architecture, tiny, seed: int):
         tiny = arch.tiny_preset
     if isinstance(tiny, str):
         preset = presets().get(tiny)
-        assert preset is not None, f"preset {tiny!r} is not registered"
-        assert preset.architecture == arch.name, f"preset {tiny!r} belongs to {preset.architecture!r}"
+        _require(preset is not None, f"preset {tiny!r} is not registered")
+        _require(preset.architecture == arch.name, f"preset {tiny!r} belongs to {preset.architecture!r}")
         data, provenance = dict(preset.config), {"kind": "synthetic", "preset": tiny, "seed": seed}
     else:
         data, provenance = dict(tiny), {"kind": "synthetic", "seed": seed}
     config = arch.config_from_json(data)
     as_json = json.loads(json.dumps(config.to_json()))
     again = arch.config_from_json(as_json)
-    assert again == config, f"config_from_json(to_json()) gives {again!r}, not {config!r}"
-    assert isinstance(getattr(config, "vocab_size", None), int), "the config has no int vocab_size"
+    _require(again == config, f"config_from_json(to_json()) gives {again!r}, not {config!r}")
+    _require(isinstance(getattr(config, "vocab_size", None), int), "the config has no int vocab_size")
     model = LoadedModel(arch, config, arch.synthetic_weights(config, seed), provenance, name=f"{arch.name}-contract")
     return f"vocab {config.vocab_size}", model
 
 
 def _check_synthetic(arch: Architecture, model: LoadedModel, seed: int):
     a, b = model.weights, arch.synthetic_weights(model.config, seed)
-    assert list(a) and list(a) == list(b), "synthetic weights have no tensors or differ in names between calls"
+    _require(list(a) and list(a) == list(b), "synthetic weights have no tensors or differ in names between calls")
     other = arch.synthetic_weights(model.config, seed + 1)
     differs = False
     for name in a:
         t = a[name]
-        assert tuple(t.shape) == a.shape(name), f"{name}: tensor shape {list(t.shape)} != declared {list(a.shape(name))}"
-        assert torch.equal(t, b[name]), f"{name}: not deterministic for seed {seed}"
-        assert torch.isfinite(t).all(), f"{name}: not finite"
+        shape = tuple(t.shape)
+        _require(shape == a.shape(name), f"{name}: tensor shape {list(shape)} != declared {list(a.shape(name))}")
+        _require(torch.equal(t, b[name]), f"{name}: not deterministic for seed {seed}")
+        _require(torch.isfinite(t).all(), f"{name}: not finite")
         differs = differs or not torch.equal(t, other[name])
-    assert differs, "the seed changes nothing"
+    _require(differs, "the seed changes nothing")
     return f"{len(a)} tensors, deterministic", None
 
 
@@ -248,15 +258,16 @@ def _check_states(arch: Architecture, model: LoadedModel):
     for dtype in (torch.float32, torch.float16):
         specs = arch.state_specs(model.config, dtype)
         names = [s.name for s in specs]
-        assert specs, "no states: a recurrent model carries state between tokens"
-        assert len(set(names)) == len(names), f"duplicate state names {names}"
+        _require(specs, "no states: a recurrent model carries state between tokens")
+        _require(len(set(names)) == len(names), f"duplicate state names {names}")
         for s in specs:
-            assert re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s.name), f"state name {s.name!r} is not an identifier"
-            assert s.dtype == dtype, f"state {s.name} has dtype {s.dtype}, asked for {dtype}"
-            assert s.shape and all(isinstance(d, int) and d > 0 for d in s.shape), f"state {s.name} shape {s.shape}"
-            assert s.layout, f"state {s.name} has no layout legend"
+            _require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s.name), f"state name {s.name!r} is not an identifier")
+            _require(s.dtype == dtype, f"state {s.name} has dtype {s.dtype}, asked for {dtype}")
+            _require(s.shape and all(isinstance(d, int) and d > 0 for d in s.shape), f"state {s.name} shape {s.shape}")
+            _require(s.layout, f"state {s.name} has no layout legend")
         with torch.no_grad():
-            module = arch.build_decode(model.config, model.weights, WeightBuilder(get_recipe("fp32"), arch.keeps_float), dtype)
+            builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
+            module = arch.build_decode(model.config, model.weights, builder, dtype)
         check_buffers(module, specs)
     return ", ".join(f"{s.name}{list(s.shape)}" for s in specs), None
 
@@ -270,9 +281,10 @@ def _check_builder(arch: Architecture, model: LoadedModel):
         module = arch.build_decode(model.config, model.weights, builder, torch.float32)
     held = sum(p.numel() * p.element_size() for p in module.parameters())
     planned = sum(e.bytes for e in builder.entries)
-    assert held == planned, (
+    _require(
+        held == planned,
         f"the decode module holds {held} bytes of parameters but the WeightBuilder stored {planned}: "
-        "request every weight from the builder (matmul / table / vector)"
+        "request every weight from the builder (matmul / table / vector)",
     )
     return f"{len(builder.entries)} tensors, {planned} bytes", None
 
@@ -286,9 +298,7 @@ def _check_reference(arch: Architecture, model: LoadedModel, tokens: list[int]):
         got = step_logits(runner, tokens)
     finally:
         runner.close()
-    err = _rel_err(ref, got)
-    assert err <= FP32_REL_TOLERANCE, f"export-form module vs reference loop: max rel |Δlogits| {err:.2e} > {FP32_REL_TOLERANCE:g}"
-    _assert_top1(ref, got, "export-form module vs reference loop")
+    err = _require_close(ref, got, "export-form module vs reference loop")
     return f"max rel |Δ| {err:.1e} over {len(tokens)} steps", ref
 
 
@@ -306,7 +316,7 @@ def _check_quant(model: LoadedModel, tokens: list[int]):
         candidate.close()
         reference.close()
     dtypes = {e.dtype for e in candidate.builder.entries}
-    assert report.passed, f"int8keepproj in torch fails its gate: {report.headline()}"
+    _require(report.passed, f"int8keepproj in torch fails its gate: {report.headline()}")
     return f"{report.headline()}; stored dtypes {sorted(dtypes)}", None
 
 
@@ -327,7 +337,7 @@ def _export(model: LoadedModel, out: Path):
 
     result = export(model, out, quant="fp32", gate_steps=8, progress=False, overwrite=True, **_decode_only(export))
     gate = result.manifest["gate"]
-    assert gate["passed"], f"the export's gate failed: {result.gate_headline}"
+    _require(gate["passed"], f"the export's gate failed: {result.gate_headline}")
     return result.gate_headline, result.path
 
 
@@ -339,20 +349,18 @@ def _check_coreai(arch: Architecture, model: LoadedModel, bundle: Path | None, t
     specs = arch.state_specs(model.config, torch.float32)
     with Runner(bundle) as runner:
         names = runner.state_names
-        assert names == [s.name for s in specs], f"runtime states {names} != declared {[s.name for s in specs]}"
+        _require(names == [s.name for s in specs], f"runtime states {names} != declared {[s.name for s in specs]}")
         manifest_states = [(s["name"], tuple(s["shape"]), s["dtype"]) for s in runner.bundle.manifest["states"]]
         declared = [(s.name, s.shape, s.numpy_dtype.name) for s in specs]
-        assert manifest_states == declared, f"manifest states {manifest_states} != declared {declared}"
+        _require(manifest_states == declared, f"manifest states {manifest_states} != declared {declared}")
         got = step_logits(runner, tokens)
         unwritten = [n for n in names if not runner.state(n).any()]
-        assert not unwritten, f"state(s) {unwritten} still all zero after {len(tokens)} tokens"
+        _require(not unwritten, f"state(s) {unwritten} still all zero after {len(tokens)} tokens")
         runner.reset()
-        assert not any(runner.state(n).any() for n in names), "reset() left a state non-zero"
+        _require(not any(runner.state(n).any() for n in names), "reset() left a state non-zero")
         again = step_logits(runner, tokens)
-    err = _rel_err(ref, got)
-    assert err <= FP32_REL_TOLERANCE, f"Core AI vs reference loop: max rel |Δlogits| {err:.2e} > {FP32_REL_TOLERANCE:g}"
-    _assert_top1(ref, got, "Core AI vs reference loop")
-    assert np.array_equal(got, again), "the same tokens after reset() give different logits"
+    err = _require_close(ref, got, "Core AI vs reference loop")
+    _require(np.array_equal(got, again), "the same tokens after reset() give different logits")
     return f"max rel |Δ| {err:.1e} over {len(tokens)} steps, states {names}", None
 
 
@@ -363,17 +371,17 @@ def _check_strict(arch: Architecture, model: LoadedModel, checkpoint, work: Path
         raise _Skip("no checkpoint given")
     checkpoint = Path(checkpoint)
     loaded = load_checkpoint(checkpoint)
-    assert loaded.architecture is arch, f"{checkpoint} loads as {loaded.architecture.name!r}"
+    _require(loaded.architecture is arch, f"{checkpoint} loads as {loaded.architecture.name!r}")
     got = loaded.weights.shapes()
     want = arch.synthetic_weights(loaded.config, 0).shapes()
-    assert got == want, f"canonical names/shapes differ from the synthetic weights': {_dict_diff(got, want)}"
+    _require(got == want, f"canonical names/shapes differ from the synthetic weights': {_dict_diff(got, want)}")
     for name in loaded.weights:  # every mapping and transform really runs
         t = loaded.weights[name]
-        assert tuple(t.shape) == got[name], f"{name}: reads as {list(t.shape)}, declared {list(got[name])}"
+        _require(tuple(t.shape) == got[name], f"{name}: reads as {list(t.shape)}, declared {list(got[name])}")
 
     tensors = _read_tensors(checkpoint)
     probe = probe or _default_probe(tensors)
-    assert probe in tensors, f"strict_probe {probe!r} is not in {checkpoint}"
+    _require(probe in tensors, f"strict_probe {probe!r} is not in {checkpoint}")
     cases = {
         "missing": {n: t for n, t in tensors.items() if n != probe},
         "unexpected": tensors | {UNEXPECTED_TENSOR: torch.zeros(3)},
@@ -386,8 +394,8 @@ def _check_strict(arch: Architecture, model: LoadedModel, checkpoint, work: Path
             load_checkpoint(path)
         except CheckpointError as exc:
             msg = str(exc)
-            assert "\n" not in msg, f"{case} tensor: the error is not one line: {msg!r}"
-            assert named in msg, f"{case} tensor {named!r}: the error does not name it: {msg}"
+            _require("\n" not in msg, f"{case} tensor: the error is not one line: {msg!r}")
+            _require(named in msg, f"{case} tensor {named!r}: the error does not name it: {msg}")
         else:
             raise AssertionError(f"a checkpoint with a {case} tensor ({named}) loaded without an error")
     return f"{len(tensors)} tensors; probe {probe}", None
@@ -407,22 +415,21 @@ def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], ou
     if not _has_prefill(arch):
         raise _Skip("the architecture has no prefill form")
     result = export(model, out, quant="fp32", gate=False, progress=False, overwrite=True, prefill_chunk=PREFILL_CHUNK)
-    assert result.manifest.get("prefill"), "build_prefill is defined but the bundle has no prefill function"
+    _require(result.manifest.get("prefill"), "build_prefill is defined but the bundle has no prefill function")
     with Runner(result.path) as runner:
         names = runner.state_names
-        assert runner.has_prefill, "the runner does not use the bundle's prefill function"
+        _require(runner.has_prefill, "the runner does not use the bundle's prefill function")
         prefilled = runner.feed(tokens)
         after_prefill = {n: runner.state(n) for n in names}
         runner.reset()
         looped = step_logits(runner, tokens)[-1]
         after_loop = {n: runner.state(n) for n in names}
-    err = _rel_err(looped, prefilled)
-    assert err <= FP32_REL_TOLERANCE, f"prefill vs M=1 loop: logits max rel |Δ| {err:.2e} > {FP32_REL_TOLERANCE:g}"
+    err = _require_close(looped[None], prefilled[None], "prefill vs M=1 loop (logits after the last token)")
     for n in names:
         s_err = _rel_err(after_loop[n], after_prefill[n])
-        assert s_err <= FP32_REL_TOLERANCE, f"prefill vs M=1 loop: state {n} max rel |Δ| {s_err:.2e}"
+        _require(s_err <= FP32_REL_TOLERANCE, f"prefill vs M=1 loop: state {n} max rel |Δ| {s_err:.2e}")
     chunks = -(-len(tokens) // PREFILL_CHUNK)
-    return f"{len(tokens)} tokens in {chunks} chunks of {PREFILL_CHUNK}: logits rel |Δ| {err:.1e}, states equal", None
+    return f"{len(tokens)} tokens in {chunks} chunks of {PREFILL_CHUNK}: logits rel |Δ| {err:.1e}, states match", None
 
 
 # --------------------------------------------------------------------------------------
@@ -459,13 +466,18 @@ def _tokens(vocab: int, steps: int, seed: int) -> list[int]:
 
 def _rel_err(ref: np.ndarray, got: np.ndarray) -> float:
     ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
-    assert ref.shape == got.shape, f"logits shapes differ: {ref.shape} vs {got.shape}"
+    _require(ref.shape == got.shape, f"logits shapes differ: {ref.shape} vs {got.shape}")
     return float(np.abs(ref - got).max() / max(1.0, np.abs(ref).max()))
 
 
-def _assert_top1(ref: np.ndarray, got: np.ndarray, what: str) -> None:
+def _require_close(ref: np.ndarray, got: np.ndarray, what: str) -> float:
+    """fp32 parity: max |Δlogits| within FP32_REL_TOLERANCE of the logit scale and the same
+    top-1 at every step. Returns the relative error."""
+    err = _rel_err(ref, got)
+    _require(err <= FP32_REL_TOLERANCE, f"{what}: max rel |Δlogits| {err:.2e} > {FP32_REL_TOLERANCE:g}")
     bad = np.flatnonzero(ref.argmax(-1) != got.argmax(-1))
-    assert not len(bad), f"{what}: top-1 differs at steps {bad.tolist()}"
+    _require(not len(bad), f"{what}: top-1 differs at steps {bad.tolist()}")
+    return err
 
 
 def _dict_diff(got: dict, want: dict) -> str:

@@ -6,6 +6,7 @@ runs in a fresh interpreter, so the registry of this test process is never touch
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -60,10 +61,9 @@ def test_cli_plugin_flag_and_env(tmp_path):
     assert (bundle / "manifest.json").is_file()
     # gating again rebuilds the source, which needs the plugin: without it, one clear line
     proc = _run(*cli, "gate", bundle, "--steps", "3", "--prompts", "1")
-    assert proc.returncode == 2 and "preset 'toyrnn-tiny', which is not registered" in proc.stderr and "--plugin" in proc.stderr
+    assert proc.returncode == 2 and "--plugin" in proc.stderr
+    assert "preset 'toyrnn-tiny', which is not registered" in proc.stderr
     assert "Traceback" not in proc.stderr
-    import os
-
     env = os.environ | {"SSMPORT_PLUGINS": str(PLUGIN)}
     proc = _run(*cli, "gate", bundle, "--steps", "3", "--prompts", "1", env=env)
     assert proc.returncode == 0 and proc.stdout.startswith("PASS"), proc.stderr[-2000:]
