@@ -1,8 +1,9 @@
 """The architecture contract (ssmport.testing) on every built-in architecture.
 
-Parametrized over the registry: an architecture added to ssmport with a `tiny_preset` is
-checked here without editing this file. The strict-loading check needs a small checkpoint
-on disk, written by the architecture's test-side writer (independent of its mapping) below.
+Parametrized over the registry: every built-in architecture is checked on its
+`tiny_preset`, with nothing to edit here. The strict-loading check also needs a small
+checkpoint on disk, made by the architecture's test-side writer (written independently of
+its mapping) listed below; a built-in without a writer fails with a message saying so.
 """
 
 from __future__ import annotations
@@ -24,7 +25,23 @@ def _rwkv7_checkpoint(folder: Path) -> Path:
     return write_hf_folder(folder / "rwkv7-fla", *fla_from_blinkdl(blinkdl_state_dict(d, seed=21), d), shards=2)
 
 
-CHECKPOINT_WRITERS = {"rwkv7": _rwkv7_checkpoint}
+def _mamba2_checkpoint(folder: Path) -> Path:
+    from mamba2_files import Geometry, write_transformers_folder
+
+    return write_transformers_folder(folder / "mamba2-hf", Geometry(), seed=22, tied=False, shards=2)
+
+
+def _gated_deltanet_checkpoint(folder: Path) -> Path:
+    from gdn_files import GDNDims, write_gdn_folder
+
+    return write_gdn_folder(folder / "gdn-fla", GDNDims(), seed=23)
+
+
+CHECKPOINT_WRITERS = {
+    "rwkv7": _rwkv7_checkpoint,
+    "mamba2": _mamba2_checkpoint,
+    "gated_deltanet": _gated_deltanet_checkpoint,
+}
 
 
 def test_every_builtin_declares_a_tiny_preset():
