@@ -86,3 +86,28 @@ def test_plugin_errors_are_one_line(tmp_path, capsys):
         assert main(["--plugin", str(plugin), "list"]) == 2
         err = capsys.readouterr().err
         assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_register_refuses_inconsistent_architectures():
+    """Each refusal happens before the registry changes, so this runs in-process."""
+    import pytest
+
+    import ssmport
+    from ssmport.architectures import architectures
+    from toyrnn import make_toy
+
+    before = [a.name for a in architectures()]
+    bad_tiny = make_toy("toy_bad_tiny")
+    bad_tiny.tiny_preset = "nope"
+    foreign = make_toy("toy_foreign")
+    foreign.presets, foreign.tiny_preset = (ssmport.Preset("toy-foreign-p", "rwkv7", {}, "", released=False),), None
+    clash = make_toy("toy_clash")
+    clash.presets, clash.tiny_preset = (ssmport.Preset("rwkv7-tiny", "toy_clash", {}, "", released=False),), None
+    cases = [(bad_tiny, "tiny_preset 'nope'"), (foreign, "name another architecture"),
+             (clash, "already registered: rwkv7-tiny"), (ssmport.get_architecture("rwkv7"), "already registered")]
+    for arch, message in cases:
+        with pytest.raises(ValueError, match=message):
+            ssmport.register_architecture(arch)
+    with pytest.raises(TypeError):
+        ssmport.register_architecture(object())
+    assert [a.name for a in architectures()] == before
