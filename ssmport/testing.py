@@ -66,6 +66,7 @@ class Check:
     detail: str = ""
 
     def line(self) -> str:
+        """One line: "ok  " / "FAIL" / "skip", the name, and the detail."""
         mark = {True: "ok  ", False: "FAIL", None: "skip"}[self.passed]
         return f"{mark} {self.name}" + (f": {self.detail}" if self.detail else "")
 
@@ -80,6 +81,7 @@ class ContractReport:
 
     @property
     def failures(self) -> list[Check]:
+        """The failed checks (skipped ones are not failures)."""
         return [c for c in self.checks if c.passed is False]
 
     @property
@@ -87,6 +89,7 @@ class ContractReport:
         return not self.failures
 
     def get(self, name: str) -> Check:
+        """The check called `name` (see CHECKS)."""
         return next(c for c in self.checks if c.name == name)
 
     def __str__(self) -> str:
