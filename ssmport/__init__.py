@@ -7,7 +7,9 @@ Library use::
     with ssmport.load(result.path) as runner:                 # no-KV runner on coreai.runtime
         logits = runner.step(1)
 
-New architectures plug in with `ssmport.register_architecture(...)` (see docs/architecture.md).
+New architectures plug in with `ssmport.register_architecture(...)`, from any file or module
+(on the command line: `ssmport --plugin FILE`); `ssmport.testing.check_architecture` checks the
+contract every architecture must meet. See docs/adding-an-architecture.md.
 Heavy modules (torch, coreai) are imported on first use, so `import ssmport.tokenizers`
 stays light.
 """

@@ -37,17 +37,24 @@ _SAFETENSORS_DTYPES = {
 
 
 class TensorSource(Mapping[str, torch.Tensor]):
-    """Read-only name -> tensor mapping that can report shapes without loading data."""
+    """Read-only name -> tensor mapping that can report shapes without loading data.
+
+    `source[name]` reads (and, for views, transforms) one tensor; `shape` and `dtype` never
+    read data. `origin` names where the tensors come from, for error messages.
+    """
 
     origin: str
 
     def shape(self, name: str) -> tuple[int, ...]:
+        """The shape `self[name]` will have, without reading it."""
         raise NotImplementedError
 
     def dtype(self, name: str) -> torch.dtype:
+        """The stored dtype of `name`, without reading it."""
         raise NotImplementedError
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor's shape, by name."""
         return {name: self.shape(name) for name in self}
 
 

@@ -12,6 +12,7 @@ from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
 
 DEFAULT_SEED = 0
+PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS"
 # Dimensions a checkpoint must share with the preset it is given for (LoRA ranks are read
 # from the weights, so they may differ).
 _PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",  # RWKV-7
@@ -110,7 +111,7 @@ def load_checkpoint(path: Path) -> LoadedModel:
     for arch in architectures():
         if arch.matches_pth(source):
             return _loaded(arch, *arch.load_pth(source), "pth", path, path.stem, path.parent)
-    raise CheckpointError(f"{path}: no registered architecture recognises this checkpoint's tensor names")
+    raise CheckpointError(f"{path}: no registered architecture recognises this checkpoint's tensor names ({PLUGIN_HINT})")
 
 
 def _load_hf_folder(folder: Path) -> LoadedModel:
@@ -131,6 +132,7 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
     raise CheckpointError(
         f"{folder}: model_type {model_type!r} is not supported; available: "
         + ", ".join(a.name for a in architectures())
+        + f" ({PLUGIN_HINT})"
     )
 
 
@@ -170,6 +172,11 @@ def rebuild_source(provenance: dict[str, Any], weights: str | Path | None = None
         return load_checkpoint(Path(weights))
     kind = provenance.get("kind")
     if kind == "synthetic":
+        if provenance.get("preset") not in presets():
+            raise SsmportError(
+                f"this bundle was exported from preset {provenance.get('preset')!r}, which is not registered "
+                f"(an architecture from outside ssmport? {PLUGIN_HINT})"
+            )
         return load_model(provenance["preset"], synthetic=True, seed=int(provenance.get("seed", DEFAULT_SEED)))
     path = provenance.get("path")
     if not path or not Path(path).exists():

@@ -1,153 +1,113 @@
 """A new architecture added from outside the package works with every command.
 
-Runs in a fresh interpreter so registering does not leak into other tests.
+The toy RNN (tests/toyrnn.py) uses only ssmport's public API. Everything that registers it
+runs in a fresh interpreter, so the registry of this test process is never touched.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-PLUGIN = textwrap.dedent(
-    '''
-    """toyrnn: a gated diagonal RNN, defined entirely outside ssmport."""
-    from dataclasses import asdict, dataclass
-
-    import torch
-    import torch.nn.functional as F
-    from torch import nn
-
-    import ssmport
-    from ssmport.checkpoint import DictSource
-    from ssmport.state import StateSpec, register_states, write_once
-
-
-    @dataclass(frozen=True)
-    class ToyConfig:
-        vocab_size: int
-        width: int
-        layers: int
-
-        def to_json(self):
-            return asdict(self)
-
-
-    def shapes(c):
-        s = {"emb": (c.vocab_size, c.width), "out": (c.vocab_size, c.width)}
-        for i in range(c.layers):
-            s |= {f"l{i}.w": (c.width, c.width), f"l{i}.decay": (c.width,)}
-        return s
-
-
-    class ToyDecode(nn.Module):
-        def __init__(self, c, src, b, state_dtype):
-            super().__init__()
-            self.emb = b.table("emb", src["emb"], "embedding")
-            self.w = nn.ModuleList(b.matmul(f"l{i}.w", src[f"l{i}.w"].t(), "state_proj") for i in range(c.layers))
-            self.decay = nn.ParameterList(b.vector(f"l{i}.decay", src[f"l{i}.decay"], "mix") for i in range(c.layers))
-            self.out = b.matmul("out", src["out"].t(), "head", out_dtype=b.recipe.logits_dtype)
-            self.vocab = c.vocab_size
-            register_states(self, TOY.state_specs(c, state_dtype))
-
-        def forward(self, input_ids, position_ids):
-            x = F.embedding(input_ids.view(1), self.emb).float()
-            new = []
-            for i, w in enumerate(self.w):
-                a = torch.sigmoid(self.decay[i])
-                h = a * self.h[i].float() + (1 - a) * torch.tanh(w(x))
-                new.append(h)
-                x = x + h
-            write_once(self.h, new)
-            return self.out(x).view(1, 1, self.vocab)
-
-
-    class ToyReference:
-        def __init__(self, c, weights):
-            self.c, self.w = c, {k: weights[k].float() for k in shapes(c)}
-
-        def zero_state(self):
-            return [torch.zeros(self.c.width) for _ in range(self.c.layers)]
-
-        def step(self, token, state):
-            x = self.w["emb"][token]
-            for i in range(self.c.layers):
-                a = torch.sigmoid(self.w[f"l{i}.decay"])
-                state[i] = a * state[i] + (1 - a) * torch.tanh(self.w[f"l{i}.w"] @ x)
-                x = x + state[i]
-            return self.w["out"] @ x
-
-
-    class Toy(ssmport.Architecture):
-        def config_from_json(self, data):
-            return ToyConfig(**data)
-
-        def matches_pth(self, source):
-            return "l0.decay" in source
-
-        def load_pth(self, source):
-            raise NotImplementedError
-
-        def load_hf(self, config_json, source):
-            raise NotImplementedError
-
-        def synthetic_weights(self, c, seed):
-            g = torch.Generator().manual_seed(seed)
-            return DictSource({k: torch.randn(s, generator=g) / (s[-1] ** 0.5 if len(s) == 2 else 1)
-                               for k, s in shapes(c).items()})
-
-        def state_specs(self, c, state_dtype):
-            return [StateSpec("h", (c.layers, 1, c.width), state_dtype, "[layer, batch, width]")]
-
-        def build_decode(self, c, weights, builder, state_dtype):
-            return ToyDecode(c, weights, builder, state_dtype)
-
-        def reference(self, c, weights):
-            return ToyReference(c, weights)
-
-        def keeps_float(self, name):
-            return name != "out"
-
-
-    TOY = Toy(
-        name="toyrnn",
-        description="gated diagonal RNN (test plugin)",
-        presets=(ssmport.Preset("toyrnn-tiny", "toyrnn", {"vocab_size": 96, "width": 64, "layers": 2},
-                                "plugin test model", released=False),),
-    )
-    ssmport.register_architecture(TOY)
-    '''
-)
+PLUGIN = Path(__file__).with_name("toyrnn_plugin.py")
 
 DRIVER = textwrap.dedent(
     """
-    import sys, json
-    sys.path.insert(0, sys.argv[1])
-    import toyrnn  # registers the architecture
+    import sys, torch
     import ssmport
     from ssmport.cli.main import main
+    from ssmport.plugins import load_plugin
 
-    out = sys.argv[2]
-    assert "toyrnn-tiny" in ssmport.presets()
+    plugin, out = sys.argv[1], sys.argv[2]
+    toy = load_plugin(plugin).TOY
+    assert load_plugin(plugin).TOY is toy  # loading again is a no-op, not a second registration
+    assert ssmport.get_architecture("toyrnn") is toy and "toyrnn-tiny" in ssmport.presets()
     result = ssmport.export("toyrnn-tiny", out, quant="fp32", gate_steps=10, progress=False)
     assert result.manifest["gate"]["passed"], result.manifest["gate"]
     assert [s["name"] for s in result.manifest["states"]] == ["h"]
-    assert main(["gate", str(result.path), "--prompts", "2", "--steps", "6"]) == 0
     i8 = ssmport.export("toyrnn-tiny", out, quant="int8keepproj", gate_steps=6, progress=False)
     kinds = {e["name"]: e["dtype"] for e in i8.manifest["plan"]["tensors"]}
     assert kinds["out"] == "int8" and kinds["l0.w"] == "float16", kinds
     assert i8.manifest["gate"]["passed"]
+    # a checkpoint on disk, found by the plugin's matches_pth
+    weights = toy.synthetic_weights(toy.config_from_json({"vocab_size": 50, "width": 32, "layers": 3}), 1)
+    torch.save({n: weights[n] for n in weights}, out + "/toy.pth")
+    assert ssmport.load_model(out + "/toy.pth").config.layers == 3
     print("plugin ok")
     """
 )
 
 
+def _run(*argv, env=None):
+    return subprocess.run([sys.executable, *map(str, argv)], capture_output=True, text=True, env=env)
+
+
 def test_external_architecture_end_to_end(tmp_path):
-    (tmp_path / "toyrnn.py").write_text(PLUGIN)
     driver = tmp_path / "driver.py"
     driver.write_text(DRIVER)
-    proc = subprocess.run(
-        [sys.executable, str(driver), str(tmp_path), str(tmp_path / "out")], capture_output=True, text=True
-    )
+    proc = _run(driver, PLUGIN, tmp_path / "out")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "plugin ok" in proc.stdout
+
+
+def test_cli_plugin_flag_and_env(tmp_path):
+    cli = ("-m", "ssmport.cli.main")
+    proc = _run(*cli, "--plugin", PLUGIN, "export", "toyrnn-tiny", "-o", tmp_path, "--gate-steps", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    bundle = tmp_path / "toyrnn-tiny-fp32"
+    assert (bundle / "manifest.json").is_file()
+    # gating again rebuilds the source, which needs the plugin: without it, one clear line
+    proc = _run(*cli, "gate", bundle, "--steps", "3", "--prompts", "1")
+    assert proc.returncode == 2 and "--plugin" in proc.stderr
+    assert "preset 'toyrnn-tiny', which is not registered" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    env = os.environ | {"SSMPORT_PLUGINS": str(PLUGIN)}
+    proc = _run(*cli, "gate", bundle, "--steps", "3", "--prompts", "1", env=env)
+    assert proc.returncode == 0 and proc.stdout.startswith("PASS"), proc.stderr[-2000:]
+    proc = _run(*cli, "--plugin", PLUGIN, "list")
+    assert "toyrnn-tiny" in proc.stdout
+
+
+def test_plugin_errors_are_one_line(tmp_path, capsys):
+    """In-process: none of these plugins gets as far as registering anything."""
+    from ssmport.cli.main import main
+
+    broken = tmp_path / "broken.py"
+    broken.write_text("import ssmport\nraise RuntimeError('half-written plugin')\n")
+    cases = [
+        (tmp_path / "absent.py", "no such file"),
+        ("no_such_plugin_module", "no such file or importable module"),
+        (broken, "failed to import: RuntimeError: half-written plugin at"),
+    ]
+    for plugin, message in cases:
+        assert main(["--plugin", str(plugin), "list"]) == 2
+        err = capsys.readouterr().err
+        assert message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_register_refuses_inconsistent_architectures():
+    """Each refusal happens before the registry changes, so this runs in-process."""
+    import pytest
+
+    import ssmport
+    from ssmport.architectures import architectures
+    from toyrnn import make_toy
+
+    before = [a.name for a in architectures()]
+    bad_tiny = make_toy("toy_bad_tiny")
+    bad_tiny.tiny_preset = "nope"
+    foreign = make_toy("toy_foreign")
+    foreign.presets, foreign.tiny_preset = (ssmport.Preset("toy-foreign-p", "rwkv7", {}, "", released=False),), None
+    clash = make_toy("toy_clash")
+    clash.presets, clash.tiny_preset = (ssmport.Preset("rwkv7-tiny", "toy_clash", {}, "", released=False),), None
+    cases = [(bad_tiny, "tiny_preset 'nope'"), (foreign, "name another architecture"),
+             (clash, "already registered: rwkv7-tiny"), (ssmport.get_architecture("rwkv7"), "already registered")]
+    for arch, message in cases:
+        with pytest.raises(ValueError, match=message):
+            ssmport.register_architecture(arch)
+    with pytest.raises(TypeError):
+        ssmport.register_architecture(object())
+    assert [a.name for a in architectures()] == before

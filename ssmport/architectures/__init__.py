@@ -1,4 +1,10 @@
-"""The architecture registry. Built-ins register here; others via `register_architecture`."""
+"""The architecture registry.
+
+Every architecture, built-in or not, is an `Architecture` instance passed to
+`register_architecture`; nothing else in ssmport knows their names. Architectures from
+outside the package are registered by importing their module: in Python, or on the command
+line with `ssmport --plugin FILE_OR_MODULE ...` / `SSMPORT_PLUGINS` (see `ssmport.plugins`).
+"""
 
 from __future__ import annotations
 
@@ -9,11 +15,29 @@ _ARCHITECTURES: dict[str, Architecture] = {}
 
 
 def register_architecture(arch: Architecture, *, replace: bool = False) -> Architecture:
-    """Make an architecture (and its presets) available to every ssmport command."""
+    """Make an architecture (and its presets) available to every ssmport command.
+
+    Args:
+        arch: an instance of an `Architecture` subclass.
+        replace: allow replacing an architecture registered under the same name.
+
+    Returns `arch`, so a module can write `MY = register_architecture(MyArch(...))`.
+
+    Raises:
+        TypeError: `arch` is not an `Architecture`.
+        ValueError: the name is taken (and not `replace`), a preset name is taken by
+            another architecture, a preset names another architecture, or `tiny_preset` is
+            not one of its presets.
+    """
     if not isinstance(arch, Architecture):
         raise TypeError(f"expected an ssmport Architecture, got {type(arch).__name__}")
     if arch.name in _ARCHITECTURES and not replace:
         raise ValueError(f"architecture {arch.name!r} is already registered (pass replace=True)")
+    foreign = [p.name for p in arch.presets if p.architecture != arch.name]
+    if foreign:
+        raise ValueError(f"preset(s) {', '.join(foreign)} of {arch.name!r} name another architecture")
+    if arch.tiny_preset is not None and arch.tiny_preset not in {p.name for p in arch.presets}:
+        raise ValueError(f"tiny_preset {arch.tiny_preset!r} is not one of {arch.name!r}'s presets")
     taken = {p.name for a in _ARCHITECTURES.values() if a.name != arch.name for p in a.presets}
     clash = [p.name for p in arch.presets if p.name in taken]
     if clash:
@@ -23,16 +47,22 @@ def register_architecture(arch: Architecture, *, replace: bool = False) -> Archi
 
 
 def architectures() -> list[Architecture]:
+    """Every registered architecture, in registration order (built-ins first)."""
     return list(_ARCHITECTURES.values())
 
 
 def get_architecture(name: str) -> Architecture:
+    """The registered architecture called `name`, or a one-line `SsmportError`."""
     if name not in _ARCHITECTURES:
-        raise SsmportError(f"unknown architecture {name!r}; available: {', '.join(_ARCHITECTURES)}")
+        raise SsmportError(
+            f"unknown architecture {name!r}; available: {', '.join(_ARCHITECTURES)} "
+            "(an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS)"
+        )
     return _ARCHITECTURES[name]
 
 
 def presets() -> dict[str, Preset]:
+    """Every registered preset, by name."""
     return {p.name: p for a in _ARCHITECTURES.values() for p in a.presets}
 
 

@@ -4,7 +4,10 @@ An architecture is one file that defines its config, its typed states, the plain
 reference step (the spec), the export-form decode module, the checkpoint mappings, the
 synthetic-weight generator and its quantization predicate. Register an instance with
 `ssmport.register_architecture` and every command (export, gate, logits, inspect, list)
-works with it.
+works with it; `ssmport.testing.check_architecture` then checks the contract every
+architecture must meet. The built-in architectures are written exactly this way.
+
+Walkthrough: docs/adding-an-architecture.md (built on examples/mlstm.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
+from ssmport.errors import CheckpointError
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec
 
@@ -28,6 +32,12 @@ OUTPUT_NAMES = ("logits",)
 
 
 class ArchConfig(Protocol):
+    """What ssmport needs of an architecture's config (a frozen dataclass, typically).
+
+    `to_json()` must return JSON-serialisable data that `Architecture.config_from_json`
+    turns back into an equal config: manifests store it, and gates rebuild from it.
+    """
+
     vocab_size: int
 
     def to_json(self) -> dict[str, Any]: ...
@@ -35,6 +45,11 @@ class ArchConfig(Protocol):
 
 @dataclass(frozen=True)
 class Preset:
+    """A named config: `ssmport export <name>` (with --weights, or synthetic weights).
+
+    `released=False` presets export with synthetic weights and need no flag (demos, tests).
+    """
+
     name: str
     architecture: str
     config: Mapping[str, Any]  # keyword arguments of the architecture's config class
@@ -71,15 +86,35 @@ class ReferenceModel(Protocol):
 
 @dataclass
 class Architecture(ABC):
+    """Base class of every architecture, built-in or not.
+
+    Subclass it in one file, create one instance and pass it to
+    `ssmport.register_architecture`. Required: `config_from_json`, `synthetic_weights`,
+    `state_specs`, `build_decode`, `reference`, `keeps_float`, and at least one loader
+    (`load_hf` for Hugging Face folders, `matches_pth` + `load_pth` for single-file
+    checkpoints). Optional: `default_vocab`.
+
+    Attributes:
+        name: the Hugging Face `model_type` ("rwkv7"); an HF folder whose config.json has
+            this `model_type` (or one of `hf_architectures`) is loaded by this architecture.
+        description: one line, shown by `ssmport list`.
+        hf_architectures: config.json `architectures` entries that also select it.
+        presets: named configs (`ssmport export <preset>`); names are global.
+        tiny_preset: the name of one of `presets` small enough to export and gate in a few
+            seconds: `ssmport.testing.check_architecture` and the built-in contract tests
+            use it. None: the architecture declares no tiny config.
+    """
+
     name: str  # Hugging Face `model_type`, e.g. "rwkv7"
     description: str
     hf_architectures: tuple[str, ...] = ()
     presets: tuple[Preset, ...] = field(default_factory=tuple)
+    tiny_preset: str | None = None
 
     # --- configs -------------------------------------------------------------------
     @abstractmethod
     def config_from_json(self, data: Mapping[str, Any]) -> ArchConfig:
-        """Rebuild a config from its `to_json()` form (manifests)."""
+        """Rebuild a config from its `to_json()` form (manifests, presets' `config`)."""
 
     # --- loading -------------------------------------------------------------------
     def matches_hf_config(self, config_json: Mapping[str, Any]) -> bool:
@@ -88,26 +123,50 @@ class Architecture(ABC):
         hf_arch = set(config_json.get("architectures") or [])
         return config_json.get("model_type") == self.name or bool(hf_arch & set(self.hf_architectures))
 
-    @abstractmethod
     def matches_pth(self, source: TensorSource) -> bool:
-        """Whether a native `.pth` state dict looks like this architecture (by names)."""
+        """Whether a native `.pth` state dict looks like this architecture (by tensor names).
 
-    @abstractmethod
+        Only names and shapes may be inspected (no data is read). Default: never.
+        """
+        return False
+
     def load_pth(self, source: TensorSource) -> tuple[ArchConfig, TensorSource]:
-        """Config from tensor shapes, strict check, canonical-name view."""
+        """Config from tensor shapes, strict check, canonical-name view.
 
-    @abstractmethod
+        Called only when `matches_pth` said yes. Raise `CheckpointError` naming every
+        missing / unexpected / misshaped tensor at once (`ssmport.checkpoint.check_strict`).
+        """
+        raise CheckpointError(f"{source.origin}: {self.name} has no loader for single-file checkpoints")
+
     def load_hf(self, config_json: Mapping[str, Any], source: TensorSource) -> tuple[ArchConfig, TensorSource]:
-        """Config from `config.json`, strict check, canonical-name view."""
+        """Config from `config.json`, strict check, canonical-name view.
+
+        `source` holds the folder's tensors under their Hugging Face names (safetensors or
+        pytorch_model.bin, sharded or not, read lazily). Return the config and a
+        `TensorSource` under the architecture's canonical names, usually a
+        `ssmport.checkpoint.MappedSource` (renames and transposes applied on read), after
+        `check_strict` has compared every name and shape. Unsupported config options must
+        raise `CheckpointError` rather than be ignored.
+        """
+        raise CheckpointError(f"{source.origin}: {self.name} has no loader for Hugging Face folders")
 
     @abstractmethod
     def synthetic_weights(self, config: ArchConfig, seed: int) -> TensorSource:
-        """Deterministic random weights with plausible scales (generated on access)."""
+        """Deterministic random weights with plausible scales, under canonical names.
+
+        The same (config, seed) must give the same tensors: gates of synthetic bundles
+        rebuild their reference from the seed. Big configs should generate on access.
+        """
 
     # --- the model -----------------------------------------------------------------
     @abstractmethod
     def state_specs(self, config: ArchConfig, state_dtype: torch.dtype) -> list[StateSpec]:
-        """The Core AI states, in graph order."""
+        """The Core AI states, in graph order: the one place their names, shapes, dtypes
+        and layouts are defined (the export, the runner, the manifest and the tests read it).
+
+        Every spec takes `state_dtype` (fp32 or fp16 storage, `--state-dtype`); the
+        recurrence itself should compute in fp32 whatever the storage dtype.
+        """
 
     @abstractmethod
     def build_decode(
@@ -117,17 +176,28 @@ class Architecture(ABC):
 
         `forward(input_ids int32 [1,1], position_ids int32 [1,1]) -> logits [1,1,V]`; its
         mutated buffers are exactly `state_specs(...)`, each written once per call.
+
+        Rules that keep the export contract: request every weight from `builder`
+        (`matmul` for `x @ W` with W [in, out], `table` for embeddings, `vector` for
+        per-channel fp32 operands) so quantization and the manifest's plan see it; declare
+        the states with `ssmport.state.register_states(self, specs)`; read a layer's slice
+        with `read_layer` and write each state once with `write_once` (Apple's GPU delegate
+        keeps one write per state); give the head `out_dtype=builder.recipe.logits_dtype`.
         """
 
     @abstractmethod
     def reference(self, config: ArchConfig, weights: TensorSource) -> ReferenceModel:
-        """The plain fp32 reference loop."""
+        """The plain fp32 reference loop, written for reading: the spec `build_decode` is
+        tested against (`zero_state()`, then `step(token, state) -> logits [V]`)."""
 
     def default_vocab(self, config: ArchConfig) -> tuple[Path, str] | None:
-        """(vocab file, origin) to attach when none sits next to the checkpoint."""
+        """Tokenizer hook: (vocab file, origin) to attach when none sits next to the
+        checkpoint or was given with --vocab. Default: none."""
         return None
 
     @abstractmethod
     def keeps_float(self, name: str) -> bool:
         """Quantization predicate: True for weights that must never be int8 under
-        `int8keepproj` (the projections feeding the recurrence, LoRAs, ...)."""
+        `int8keepproj` (the projections feeding the recurrence, LoRAs, ...).
+
+        `name` is the name given to `builder.matmul` (a canonical weight name)."""

@@ -514,4 +514,5 @@ GATED_DELTANET = _GatedDeltaNet(
     description="Gated DeltaNet (fla GatedDeltaNetForCausalLM): gated delta-rule state, short convs, SwiGLU",
     hf_architectures=("GatedDeltaNetForCausalLM", "GatedDeltaNetModel"),
     presets=PRESETS,
+    tiny_preset="gated-deltanet-tiny",
 )

@@ -575,4 +575,5 @@ MAMBA2 = _Mamba2(
     description="Mamba-2 (SSD): conv + SSM states, transformers or mamba_ssm folders",
     hf_architectures=("Mamba2ForCausalLM", "Mamba2Model"),
     presets=PRESETS,
+    tiny_preset="mamba2-tiny",
 )

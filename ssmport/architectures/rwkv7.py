@@ -666,4 +666,5 @@ RWKV7 = _RWKV7(
     description="RWKV-7 Goose (x070): WKV-7 delta-rule state, BlinkDL .pth or fla HF folders",
     hf_architectures=("RWKV7ForCausalLM", "RWKV7Model"),
     presets=PRESETS,
+    tiny_preset="rwkv7-tiny",
 )

@@ -39,6 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="Start with: ssmport export rwkv7-tiny -o out/  (embedded default, no download)",
     )
     parser.add_argument("--version", action="version", version=f"ssmport {__version__}")
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="FILE_OR_MODULE",
+        help="import an architecture defined outside ssmport (a .py file or a module name) "
+        "before running the command; repeatable; also read from $SSMPORT_PLUGINS",
+    )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for command in COMMANDS:
         command.add_parser(sub)
@@ -54,6 +62,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        from ssmport.plugins import load_plugins
+
+        load_plugins(args.plugin)
         code = args.func(args) or 0
     except user_errors() as exc:
         print(f"ssmport: error: {exc}", file=sys.stderr)

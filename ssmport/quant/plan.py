@@ -37,6 +37,14 @@ class PlanEntry:
 
 
 class WeightBuilder:
+    """Hands an architecture's `build_decode` its weights, stored as the recipe says.
+
+    Architectures receive one (they never construct it) and ask it for every weight:
+    `matmul` (a module computing `x @ W`), `table` (an embedding), `vector` (a per-channel
+    fp32 operand). `recipe.logits_dtype` is the dtype the logits must leave the graph in.
+    Each stored tensor becomes one entry of the manifest's per-tensor plan.
+    """
+
     def __init__(
         self,
         recipe: Recipe,

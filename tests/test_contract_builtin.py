@@ -1,0 +1,60 @@
+"""The architecture contract (ssmport.testing) on every built-in architecture.
+
+Parametrized over the registry: every built-in architecture is checked on its
+`tiny_preset`, with nothing to edit here. The strict-loading check also needs a small
+checkpoint on disk, made by the architecture's test-side writer (written independently of
+its mapping) listed below; a built-in without a writer fails with a message saying so.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ssmport.architectures import architectures
+from ssmport.testing import assert_architecture
+
+BUILTINS = [a for a in architectures() if type(a).__module__.startswith("ssmport.architectures.")]
+
+
+def _rwkv7_checkpoint(folder: Path) -> Path:
+    from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder
+
+    d = Dims()
+    return write_hf_folder(folder / "rwkv7-fla", *fla_from_blinkdl(blinkdl_state_dict(d, seed=21), d), shards=2)
+
+
+def _mamba2_checkpoint(folder: Path) -> Path:
+    from mamba2_files import Geometry, write_transformers_folder
+
+    return write_transformers_folder(folder / "mamba2-hf", Geometry(), seed=22, tied=False, shards=2)
+
+
+def _gated_deltanet_checkpoint(folder: Path) -> Path:
+    from gdn_files import GDNDims, write_gdn_folder
+
+    return write_gdn_folder(folder / "gdn-fla", GDNDims(), seed=23)
+
+
+CHECKPOINT_WRITERS = {
+    "rwkv7": _rwkv7_checkpoint,
+    "mamba2": _mamba2_checkpoint,
+    "gated_deltanet": _gated_deltanet_checkpoint,
+}
+
+
+def test_every_builtin_declares_a_tiny_preset():
+    assert BUILTINS, "no built-in architecture registered"
+    missing = [a.name for a in BUILTINS if a.tiny_preset is None]
+    assert not missing, f"built-in architectures without tiny_preset: {missing}"
+
+
+@pytest.mark.parametrize("arch", BUILTINS, ids=lambda a: a.name)
+def test_builtin_architecture_contract(arch, tmp_path):
+    writer = CHECKPOINT_WRITERS.get(arch.name)
+    checkpoint = writer(tmp_path) if writer else None
+    report = assert_architecture(arch, None, tmp_path / "work", checkpoint=checkpoint)
+    if writer is None:
+        pytest.fail(f"{arch.name}: add a checkpoint writer to CHECKPOINT_WRITERS for the strict-loading check")
+    assert report.get("strict loading").passed
