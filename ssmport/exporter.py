@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import ctypes
 import gc
+import hashlib
 import math
 import resource
+import shutil
 import time
 import uuid
 import warnings
@@ -204,17 +206,29 @@ def _check_buffers(module: torch.nn.Module, specs) -> None:
 
 
 def _write_tokenizer(model: LoadedModel, out: Path) -> dict | None:
+    """World vocabs are re-exported as a verified vocab.tsv; a tokenizer.json is copied as is."""
     if model.vocab_path is None:
         return None
-    from ssmport.tokenizers import export_vocab_tsv
+    from ssmport.tokenizers import HF_JSON_KIND, HF_TOKENIZER_FILENAME, WORLD_KIND, tokenizer_kind
 
     (out / TOKENIZER_DIR).mkdir()
-    info = export_vocab_tsv(model.vocab_path, out / TOKENIZER_DIR / "vocab.tsv")
+    if tokenizer_kind(model.vocab_path) == HF_JSON_KIND:
+        from ssmport.tokenizers.hf_json import hf_json_vocab_size
+
+        target = out / TOKENIZER_DIR / HF_TOKENIZER_FILENAME
+        shutil.copyfile(model.vocab_path, target)
+        kind, sha256, entries = HF_JSON_KIND, hashlib.sha256(target.read_bytes()).hexdigest(), hf_json_vocab_size(target)
+    else:
+        from ssmport.tokenizers import export_vocab_tsv
+
+        target = out / TOKENIZER_DIR / "vocab.tsv"
+        info = export_vocab_tsv(model.vocab_path, target)
+        kind, sha256, entries = WORLD_KIND, info.sha256, info.entries
     return {
-        "kind": "rwkv-world",
-        "path": f"{TOKENIZER_DIR}/vocab.tsv",
-        "sha256": info.sha256,
-        "entries": info.entries,
+        "kind": kind,
+        "path": f"{TOKENIZER_DIR}/{target.name}",
+        "sha256": sha256,
+        "entries": entries,
         "origin": model.vocab_origin,
     }
 

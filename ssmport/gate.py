@@ -19,9 +19,9 @@ DEFAULT_STEPS = 32
 def bundle_tokenizer(bundle: Bundle):
     if bundle.vocab_path is None:
         return None
-    from ssmport.tokenizers import WorldTokenizer
+    from ssmport.tokenizers import load_tokenizer
 
-    return WorldTokenizer.from_file(bundle.vocab_path)
+    return load_tokenizer(bundle.vocab_path)
 
 
 def gate_bundle(

@@ -16,7 +16,8 @@ PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE
 # Dimensions a checkpoint must share with the preset it is given for (LoRA ranks are read
 # from the weights, so they may differ).
 _PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",  # RWKV-7
-                "num_heads", "head_dim", "num_v_heads", "head_v_dim", "intermediate_size")  # Gated DeltaNet
+                "num_heads", "head_dim", "num_v_heads", "head_v_dim", "intermediate_size",  # Gated DeltaNet
+                "state_size", "n_groups", "conv_kernel")  # Mamba-2
 
 
 def load_model(
@@ -28,8 +29,9 @@ def load_model(
 ) -> LoadedModel:
     """Resolve `spec` (preset name or checkpoint path) to a model ready to build.
 
-    The tokenizer vocab is, in order: `vocab`, a vocab file next to the checkpoint, or
-    the architecture's default for this config (RWKV World models: the bundled vocab).
+    The tokenizer is, in order: `vocab`, a World vocab or `tokenizer.json` next to the
+    checkpoint, or the architecture's default for this config (RWKV World models: the
+    bundled vocab).
     """
     model = _resolve(spec, weights, synthetic, seed)
     if vocab is not None:
@@ -49,9 +51,9 @@ def load_model(
 def _check_vocab_fits(model: LoadedModel) -> None:
     """A vocab whose ids exceed the embedding cannot be this model's: an explicit --vocab is
     an error, one merely found next to the checkpoint is left out (with a note)."""
-    from ssmport.tokenizers import WorldTokenizer
+    from ssmport.tokenizers import tokenizer_vocab_size
 
-    top = WorldTokenizer.from_file(model.vocab_path).vocab_size - 1
+    top = tokenizer_vocab_size(model.vocab_path) - 1
     if top < model.config.vocab_size:
         return
     problem = f"{model.vocab_path}: vocab ids reach {top}, beyond the model's {model.config.vocab_size}-row embedding"
@@ -84,7 +86,7 @@ def _resolve(spec: str, weights, synthetic: bool, seed: int) -> LoadedModel:
                 name=preset.name,
             )
         raise SsmportError(
-            f"{spec} needs its weights: pass --weights PATH (a BlinkDL .pth or a Hugging Face "
+            f"{spec} needs its weights: pass --weights PATH (a checkpoint file or a Hugging Face "
             f"folder), or --synthetic for deterministic random weights (nothing is downloaded)"
         )
     if synthetic:
@@ -120,10 +122,11 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
         config_json: dict[str, Any] = json.loads(cfg_path.read_text())
     except ValueError as exc:
         raise CheckpointError(f"{cfg_path}: invalid JSON ({exc})") from None
+    if not isinstance(config_json, dict):
+        raise CheckpointError(f"{cfg_path}: expected a JSON object")
     model_type = config_json.get("model_type")
-    hf_arch = set(config_json.get("architectures") or [])
     for arch in architectures():
-        if model_type == arch.name or hf_arch & set(arch.hf_architectures):
+        if arch.matches_hf_config(config_json):
             config, weights = arch.load_hf(config_json, open_hf_weights(folder))
             return _loaded(arch, config, weights, "hf", folder, folder.name, folder)
     raise CheckpointError(
@@ -145,9 +148,9 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
 
 
 def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: Path) -> LoadedModel:
-    from ssmport.tokenizers import find_vocab
+    from ssmport.tokenizers import find_tokenizer
 
-    vocab = find_vocab(vocab_dir)
+    vocab = find_tokenizer(vocab_dir)
     return LoadedModel(
         architecture=arch,
         config=config,

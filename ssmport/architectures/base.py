@@ -117,6 +117,12 @@ class Architecture(ABC):
         """Rebuild a config from its `to_json()` form (manifests, presets' `config`)."""
 
     # --- loading -------------------------------------------------------------------
+    def matches_hf_config(self, config_json: Mapping[str, Any]) -> bool:
+        """Whether a checkpoint folder's `config.json` is this architecture's. By default its
+        `model_type` or `architectures`; override for configs that carry neither (mamba_ssm)."""
+        hf_arch = set(config_json.get("architectures") or [])
+        return config_json.get("model_type") == self.name or bool(hf_arch & set(self.hf_architectures))
+
     def matches_pth(self, source: TensorSource) -> bool:
         """Whether a native `.pth` state dict looks like this architecture (by tensor names).
 

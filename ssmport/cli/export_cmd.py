@@ -26,8 +26,8 @@ def add_parser(sub) -> None:
     p.add_argument("--weights", help="checkpoint for a preset name (.pth or HF folder)")
     p.add_argument("--synthetic", action="store_true", help="deterministic random weights for a preset")
     p.add_argument("--seed", type=int, default=0, help="seed of --synthetic weights (default 0)")
-    p.add_argument("--vocab", help="tokenizer vocab (rwkv_vocab_*.txt or vocab.tsv); default: one next "
-                   "to the checkpoint, else the bundled World vocab for 65,536-token RWKV models")  # fmt: skip
+    p.add_argument("--vocab", help="tokenizer (rwkv_vocab_*.txt, vocab.tsv or tokenizer.json); default: one "
+                   "next to the checkpoint, else the bundled World vocab for 65,536-token RWKV models")  # fmt: skip
     p.add_argument("--name", help="bundle directory name (default: <model>-<quant>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     p.add_argument("--no-gate", action="store_true", help="skip the short parity gate")

@@ -7,8 +7,6 @@ import sys
 from ssmport.cli.common import check_ids, parse_token_ids
 from ssmport.errors import SsmportError
 
-END_OF_TEXT = 0  # RWKV World's end-of-text id
-
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
@@ -50,8 +48,9 @@ def run(args) -> int:
     if bundle.manifest.get("synthetic_weights"):
         print("[synthetic weights: output is noise by design]", file=sys.stderr)
     with Runner(bundle) as runner:
+        end = tokenizer.end_of_text if tokenizer else None
         ids = runner.generate(prompt, args.max_tokens, args.temperature, args.top_p, args.seed,
-                              stop={END_OF_TEXT} if tokenizer else None)  # fmt: skip
+                              stop=None if end is None else {end})  # fmt: skip
         if tokenizer is None:
             for n, token in enumerate(ids):
                 print(("," if n else "") + str(token), end="", flush=True)
@@ -60,7 +59,7 @@ def run(args) -> int:
             stream = tokenizer.stream()
             sys.stdout.write(args.prompt)
             for token in ids:
-                if token == END_OF_TEXT:
+                if token == end:
                     break
                 sys.stdout.write(stream.feed(token))
                 sys.stdout.flush()

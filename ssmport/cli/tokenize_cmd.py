@@ -9,15 +9,15 @@ from ssmport.errors import SsmportError
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("tokenize", help="encode text with a World vocab or a bundle's tokenizer")
-    p.add_argument("source", help="rwkv_vocab_v20230424.txt, vocab.tsv, or a bundle")
+    p = sub.add_parser("tokenize", help="encode text with a World vocab, a tokenizer.json or a bundle's tokenizer")
+    p.add_argument("source", help="rwkv_vocab_v20230424.txt, vocab.tsv, tokenizer.json, or a bundle")
     p.add_argument("--text", required=True)
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(func=run)
 
 
 def load_tokenizer(source: str):
-    from ssmport.tokenizers import WorldTokenizer
+    from ssmport.tokenizers import load_tokenizer as load_file
 
     path = Path(source)
     if path.is_dir():
@@ -29,7 +29,7 @@ def load_tokenizer(source: str):
         path = bundle.vocab_path
     if not path.is_file():
         raise SsmportError(f"{source}: no such vocab file or bundle")
-    return WorldTokenizer.from_file(path)
+    return load_file(path)
 
 
 def run(args) -> int:

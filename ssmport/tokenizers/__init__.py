@@ -2,9 +2,13 @@
 
 RWKV World (RWKV-4 World through RWKV-7): :class:`WorldTokenizer`, greedy
 longest match over UTF-8 bytes, id-exact with the reference ``TRIE_TOKENIZER``.
+Hugging Face ``tokenizer.json`` (Mamba-2's GPT-NeoX BPE, fla models): passed
+through into bundles and run by the ``tokenizers`` package (:class:`HFJsonTokenizer`).
 """
 
 from .corpus import build_corpus, verification_corpus
+from .hf_json import HF_JSON_KIND, HF_TOKENIZER_FILENAME, HFJsonTokenizer
+from .kinds import WORLD_KIND, find_tokenizer, load_tokenizer, tokenizer_kind, tokenizer_vocab_size
 from .vocab_files import (
     BUNDLED_WORLD_VOCAB,
     VOCAB_FILENAMES,
@@ -22,6 +26,14 @@ from .world import StreamDecoder, TokenizerError, WorldTokenizer
 
 __all__ = [
     "BUNDLED_WORLD_VOCAB",
+    "HF_JSON_KIND",
+    "HF_TOKENIZER_FILENAME",
+    "HFJsonTokenizer",
+    "WORLD_KIND",
+    "find_tokenizer",
+    "load_tokenizer",
+    "tokenizer_kind",
+    "tokenizer_vocab_size",
     "VOCAB_FILENAMES",
     "StreamDecoder",
     "TokenizerError",

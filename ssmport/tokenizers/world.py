@@ -124,6 +124,8 @@ class WorldTokenizer:
     second for the 65,529-entry World vocab); decoding never needs it.
     """
 
+    end_of_text: int | None = 0  # World's end-of-text id (generation stops there)
+
     def __init__(self, id_to_bytes: Mapping[int, bytes], *, source: str | Path | None = None):
         """``id_to_bytes``: unique non-empty byte strings keyed by ids >= 0."""
         self.source = None if source is None else str(source)

@@ -1,0 +1,579 @@
+"""Mamba-2 (SSD): config, states, reference step, decode module, checkpoints.
+
+One decode step of layer i, with H heads of P channels, N-dim state, G groups of B/C:
+
+    z | xBC | dt = in_proj(rmsnorm(x))              xBC = x | B | C, conv_dim = H*P + 2*G*N
+    xBC = silu(depthwise causal conv over the last K inputs xBC)
+    dt  = softplus(dt + dt_bias)  (clamped to dt_limit)        A = -exp(A_log)   per head
+    S_h = S_h * exp(dt_h * A_h) + dt_h * x_h ⊗ B_g         S_h [P, N], g = h // (H / G)
+    y_h = S_h · C_g + D_h * x_h
+    out = out_proj(rmsnorm_grouped(y * silu(z)))          gate first, then the norm (G groups)
+    x   = x + out
+
+Sources for the math: the Mamba-2 paper (Dao & Gu, 2024), state-spaces/mamba's `Mamba2.step`
+and transformers' `Mamba2Mixer` (their single-token `selective_state_update` path). The
+checkpoint layouts: transformers' `Mamba2ForCausalLM` (config keys hidden_size, state_size,
+n_groups, ...) and mamba_ssm's `MambaLMHeadModel` (d_model, n_layer, ssm_cfg, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmport.architectures.base import Architecture, Preset
+from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
+from ssmport.errors import CheckpointError
+from ssmport.quant.plan import WeightBuilder
+from ssmport.state import StateSpec, read_layer, register_states, write_once
+
+CONV_STATE = "convState"
+SSM_STATE = "ssmState"
+NEOX_VOCAB_ROWS = 50288  # GPT-NeoX's 50,277 tokens padded to a multiple of 16 (state-spaces releases)
+
+
+@dataclass(frozen=True)
+class Mamba2Config:
+    vocab_size: int  # rows of the embedding (padded vocab)
+    hidden_size: int  # D
+    num_layers: int  # L
+    num_heads: int  # H
+    head_dim: int  # P
+    state_size: int  # N
+    n_groups: int = 1  # G: heads h use B/C group h // (H / G)
+    conv_kernel: int = 4  # K
+    use_conv_bias: bool = True
+    use_bias: bool = False  # biases on in_proj / out_proj
+    norm_eps: float = 1e-5  # every RMSNorm, the gated one included
+    residual_in_fp32: bool = True
+    dt_min: float = 0.0  # dt is clamped to [dt_min, dt_max] after the softplus
+    dt_max: float | None = None  # None = no upper bound (the released models)
+
+    @property
+    def intermediate_size(self) -> int:  # I = H * P
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:
+        return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def in_proj_size(self) -> int:  # z | xBC | dt
+        return self.intermediate_size + self.conv_dim + self.num_heads
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def validate(self) -> None:
+        if self.num_heads % self.n_groups:
+            raise CheckpointError(f"Mamba-2: {self.num_heads} heads do not divide into {self.n_groups} groups")
+        if self.conv_kernel < 2:
+            raise CheckpointError(f"Mamba-2: conv kernel {self.conv_kernel} < 2 is not supported")
+
+
+def _preset(name: str, layers: int, width: int) -> Preset:
+    config = {
+        "vocab_size": NEOX_VOCAB_ROWS,
+        "hidden_size": width,
+        "num_layers": layers,
+        "num_heads": 2 * width // 64,  # expand 2, headdim 64
+        "head_dim": 64,
+        "state_size": 128,
+        "n_groups": 1,
+        "conv_kernel": 4,
+    }
+    return Preset(name, "mamba2", config, f"state-spaces {name} (L{layers} D{width}, d_state 128, headdim 64)", True)
+
+
+PRESETS = (
+    _preset("mamba2-130m", 24, 768),
+    _preset("mamba2-370m", 48, 1024),
+    _preset("mamba2-780m", 48, 1536),
+    _preset("mamba2-1.3b", 48, 2048),
+    _preset("mamba2-2.7b", 64, 2560),
+    Preset(
+        "mamba2-tiny",
+        "mamba2",
+        {"vocab_size": 512, "hidden_size": 128, "num_layers": 2, "num_heads": 8, "head_dim": 32,
+         "state_size": 48, "n_groups": 2, "conv_kernel": 4},
+        "test model: L2 D128, H8 P32 N48, 2 groups, synthetic weights from a fixed seed",
+        released=False,
+    ),  # fmt: skip
+)
+
+
+# --------------------------------------------------------------------------------------
+# Canonical weights: transformers' names without "backbone.", conv1d squeezed to [C, K],
+# nn.Linear weights [out, in], the head always present (a tied head maps to the embedding).
+# --------------------------------------------------------------------------------------
+
+
+def canonical_shapes(cfg: Mamba2Config) -> dict[str, tuple[int, ...]]:
+    D, V, H, I = cfg.hidden_size, cfg.vocab_size, cfg.num_heads, cfg.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {"embeddings.weight": (V, D)}
+    for i in range(cfg.num_layers):
+        m = f"layers.{i}.mixer."
+        shapes |= {
+            f"layers.{i}.norm.weight": (D,),
+            m + "in_proj.weight": (cfg.in_proj_size, D),
+            m + "conv1d.weight": (cfg.conv_dim, cfg.conv_kernel),
+            m + "dt_bias": (H,), m + "A_log": (H,), m + "D": (H,),
+            m + "norm.weight": (I,),
+            m + "out_proj.weight": (D, I),
+        }  # fmt: skip
+        if cfg.use_conv_bias:
+            shapes[m + "conv1d.bias"] = (cfg.conv_dim,)
+        if cfg.use_bias:
+            shapes |= {m + "in_proj.bias": (cfg.in_proj_size,), m + "out_proj.bias": (D,)}
+    shapes |= {"norm_f.weight": (D,), "lm_head.weight": (V, D)}
+    return shapes
+
+
+def _role(name: str) -> str:
+    """Plan category of a canonical weight name."""
+    if name == "embeddings.weight":
+        return "embedding"
+    if name == "lm_head.weight":
+        return "head"
+    leaf = name.split(".mixer.", 1)[1] if ".mixer." in name else name
+    if leaf.startswith("in_proj."):
+        return "state_proj"  # produces x, B, C, dt (and the gate z)
+    if leaf.startswith("out_proj."):
+        return "out_proj"
+    if leaf.startswith("conv1d.") or leaf in ("dt_bias", "A_log", "D"):
+        return "ssm"
+    return "norm"
+
+
+# Which matmuls int8keepproj keeps in fp16, decided by measurement (docs/quantization.md,
+# "Mamba-2"; tiny model, 4 streams x 48 teacher-forced steps, torch eager vs fp32):
+# - in_proj produces x, B, C and dt, all of which enter the recurrence; dt goes through
+#   exp(dt * A), so its error compounds in the state: always fp16.
+# - out_proj writes the residual stream that every later layer's recurrence reads. With
+#   out_proj int8 the error was several times that of head-only int8 (see the table), for
+#   ~1/3 of the layer weights: it stays fp16, as RWKV-7 keeps its output projection.
+# - the LM head reads nothing back into the state; int8 there costs the least per byte
+#   saved: int8.
+KEEP_FLOAT_ROLES = frozenset({"state_proj", "out_proj", "ssm", "norm", "embedding"})
+
+
+# --------------------------------------------------------------------------------------
+# Checkpoint layouts
+# --------------------------------------------------------------------------------------
+
+
+def _to_f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float()
+
+
+def _conv_f32(t: torch.Tensor) -> torch.Tensor:
+    return t.float().reshape(t.shape[0], t.shape[-1])  # [C, 1, K] -> [C, K]
+
+
+def _unsupported(origin: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{origin}: Mamba-2 config with {what} is not supported")
+
+
+def _int(cj: Mapping[str, Any], key: str, origin: str, default: int | None = None) -> int:
+    value = cj.get(key, default)
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{origin}: config.json lacks a valid {key!r}") from None
+
+
+def _json_float(value) -> float:
+    """A float from config.json: a number, Python's `Infinity`, or transformers 5's
+    `{"__float__": "Infinity"}` (how it writes non-finite floats)."""
+    if isinstance(value, Mapping) and set(value) == {"__float__"}:
+        value = value["__float__"]
+    return float(value)
+
+
+def _dt_limit(limit, origin: str) -> tuple[float, float | None]:
+    """(lo, hi) with hi = None for "no upper bound" (JSON cannot say inf portably)."""
+    if limit is None:
+        return 0.0, None
+    try:
+        lo, hi = (_json_float(v) for v in limit)
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{origin}: time_step_limit / dt_limit {limit!r} is not a pair of numbers") from None
+    return lo, (None if math.isinf(hi) else hi)
+
+
+def _config_from_transformers(cj: Mapping[str, Any], origin: str) -> Mamba2Config:
+    """transformers' Mamba2Config; missing keys take its defaults, as transformers would."""
+    if cj.get("hidden_act", "silu") != "silu":
+        raise _unsupported(origin, f"hidden_act={cj['hidden_act']!r}")
+    if cj.get("norm_before_gate", False):
+        # transformers ignores this key and always gates first; mamba_ssm honours it. The
+        # two disagree on such a checkpoint, so it is refused rather than guessed.
+        raise _unsupported(origin, "norm_before_gate=true")
+    hidden = _int(cj, "hidden_size", origin, 4096)
+    heads, head_dim = _int(cj, "num_heads", origin, 128), _int(cj, "head_dim", origin, 64)
+    expand = cj.get("expand", 2)
+    if hidden * expand != heads * head_dim:
+        raise CheckpointError(
+            f"{origin}: hidden_size*expand ({hidden}*{expand}) != num_heads*head_dim ({heads}*{head_dim})"
+        )
+    lo, hi = _dt_limit(cj.get("time_step_limit"), origin)
+    return Mamba2Config(
+        vocab_size=_int(cj, "vocab_size", origin, 32768),
+        hidden_size=hidden,
+        num_layers=_int(cj, "num_hidden_layers", origin, 64),
+        num_heads=heads,
+        head_dim=head_dim,
+        state_size=_int(cj, "state_size", origin, 128),
+        n_groups=_int(cj, "n_groups", origin, 8),
+        conv_kernel=_int(cj, "conv_kernel", origin, 4),
+        use_conv_bias=bool(cj.get("use_conv_bias", True)),
+        use_bias=bool(cj.get("use_bias", False)),
+        norm_eps=float(cj.get("layer_norm_epsilon", 1e-5)),
+        residual_in_fp32=bool(cj.get("residual_in_fp32", True)),
+        dt_min=lo,
+        dt_max=hi,
+    )
+
+
+def _is_mamba_ssm_config(cj: Mapping[str, Any]) -> bool:
+    ssm = cj.get("ssm_cfg")
+    return "d_model" in cj and isinstance(ssm, Mapping) and ssm.get("layer") == "Mamba2"
+
+
+def _config_from_mamba_ssm(cj: Mapping[str, Any], source: TensorSource) -> Mamba2Config:
+    """mamba_ssm's MambaConfig (state-spaces/mamba2-*): Mamba2 defaults fill ssm_cfg."""
+    origin = source.origin
+    ssm = cj["ssm_cfg"]
+    checks = {
+        "d_intermediate (an MLP after each mixer)": cj.get("d_intermediate", 0) not in (0, None),
+        "attention layers (attn_layer_idx)": bool(cj.get("attn_layer_idx")),
+        "rms_norm=false (LayerNorm blocks)": cj.get("rms_norm", True) is not True,
+        "ssm_cfg.rmsnorm=false": ssm.get("rmsnorm", True) is not True,
+        "ssm_cfg.norm_before_gate=true": bool(ssm.get("norm_before_gate", False)),
+        "ssm_cfg.D_has_hdim=true": bool(ssm.get("D_has_hdim", False)),
+        "ssm_cfg.d_ssm (a partial SSM)": ssm.get("d_ssm") is not None,
+    }
+    for what, bad in checks.items():
+        if bad:
+            raise _unsupported(origin, what)
+    width = _int(cj, "d_model", origin)
+    head_dim = _int(ssm, "headdim", origin, 64)
+    inner = int(ssm.get("expand", 2) * width)
+    if inner % head_dim:
+        raise CheckpointError(f"{origin}: d_inner {inner} is not a multiple of headdim {head_dim}")
+    embedding = "backbone.embedding.weight"
+    if embedding not in source:
+        raise CheckpointError(f"{origin}: not a mamba_ssm Mamba-2 checkpoint (no {embedding})")
+    lo, hi = _dt_limit(ssm.get("dt_limit"), origin)
+    return Mamba2Config(
+        vocab_size=source.shape(embedding)[0],  # vocab_size padded to pad_vocab_size_multiple
+        hidden_size=width,
+        num_layers=_int(cj, "n_layer", origin),
+        num_heads=inner // head_dim,
+        head_dim=head_dim,
+        state_size=_int(ssm, "d_state", origin, 128),
+        n_groups=_int(ssm, "ngroups", origin, 1),
+        conv_kernel=_int(ssm, "d_conv", origin, 4),
+        use_conv_bias=bool(ssm.get("conv_bias", True)),
+        use_bias=bool(ssm.get("bias", False)),
+        norm_eps=float(cj.get("norm_epsilon", 1e-5)),
+        residual_in_fp32=bool(cj.get("residual_in_fp32", True)),
+        dt_min=lo,
+        dt_max=hi,
+    )
+
+
+def _checkpoint_names(cfg: Mamba2Config, embedding: str, head: str) -> dict[str, tuple[str, Any]]:
+    """canonical name -> (checkpoint name, transform). Both layouts prefix "backbone."."""
+    m: dict[str, tuple[str, Any]] = {}
+    for name in canonical_shapes(cfg):
+        if name == "embeddings.weight":
+            m[name] = (embedding, _to_f32)
+        elif name == "lm_head.weight":
+            m[name] = (head, _to_f32)
+        else:
+            m[name] = (f"backbone.{name}", _conv_f32 if name.endswith("conv1d.weight") else _to_f32)
+    return m
+
+
+# --------------------------------------------------------------------------------------
+# Synthetic weights
+# --------------------------------------------------------------------------------------
+
+
+def _synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Deterministic random canonical weights (see `GeneratedSource`). Scales follow
+    mamba_ssm's init: A = 1..16, dt = softplus^-1 of log-uniform [1e-3, 1e-1], D = 1."""
+    rand = torch.rand(shape, generator=g)
+    randn = torch.randn(shape, generator=g)
+    leaf = name.split(".mixer.", 1)[1] if ".mixer." in name else name
+    if name == "embeddings.weight":
+        return randn
+    if leaf == "A_log":
+        return torch.log(1 + 15 * rand)
+    if leaf == "dt_bias":
+        dt = torch.exp(rand * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
+        return dt + torch.log(-torch.expm1(-dt))  # inverse softplus
+    if leaf == "D":
+        return 1.0 + 0.1 * randn
+    if leaf == "conv1d.weight":
+        return randn / math.sqrt(shape[-1])
+    if leaf.endswith(".bias") or leaf == "conv1d.bias":
+        return 0.1 * randn
+    if len(shape) == 1:  # norm gains
+        return 1.0 + 0.1 * randn
+    if name == "lm_head.weight":
+        return randn * (2.0 / math.sqrt(shape[1]))
+    return randn / math.sqrt(shape[1])  # in_proj / out_proj
+
+
+# --------------------------------------------------------------------------------------
+# The reference step: plain fp32, one head at a time, written for reading.
+# --------------------------------------------------------------------------------------
+
+
+def _rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
+
+
+class Mamba2Reference:
+    """One token at a time, per head, nothing fused: the spec for every other form.
+
+    State per layer: conv [conv_dim, K], the last K conv inputs (oldest first), and
+    ssm [H, P, N].
+    """
+
+    def __init__(self, cfg: Mamba2Config, weights: TensorSource):
+        self.cfg = cfg
+        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+
+    def zero_state(self) -> dict[str, list[torch.Tensor]]:
+        c = self.cfg
+        return {
+            "conv": [torch.zeros(c.conv_dim, c.conv_kernel) for _ in range(c.num_layers)],
+            "ssm": [torch.zeros(c.num_heads, c.head_dim, c.state_size) for _ in range(c.num_layers)],
+        }
+
+    def step(self, token: int, state: dict[str, list[torch.Tensor]]) -> torch.Tensor:
+        c, w = self.cfg, self.w
+        x = w["embeddings.weight"][token]
+        for i in range(c.num_layers):
+            x = x + self._mixer(i, _rms_norm(x, w[f"layers.{i}.norm.weight"], c.norm_eps), state)
+        x = _rms_norm(x, w["norm_f.weight"], c.norm_eps)
+        return w["lm_head.weight"] @ x
+
+    def _mixer(self, i: int, h: torch.Tensor, state) -> torch.Tensor:
+        c, p = self.cfg, f"layers.{i}.mixer."
+        w = {k.removeprefix(p): v for k, v in self.w.items() if k.startswith(p)}
+        I, GN, H, P = c.intermediate_size, c.n_groups * c.state_size, c.num_heads, c.head_dim
+        zxbcdt = w["in_proj.weight"] @ h + (w["in_proj.bias"] if c.use_bias else 0)
+        z, xBC, dt = zxbcdt.split([I, c.conv_dim, H])
+
+        window = torch.cat([state["conv"][i][:, 1:], xBC[:, None]], dim=1)  # [conv_dim, K]
+        state["conv"][i] = window
+        xBC = (window * w["conv1d.weight"]).sum(-1) + (w["conv1d.bias"] if c.use_conv_bias else 0)
+        xs, B, C = F.silu(xBC).split([I, GN, GN])
+
+        y = torch.empty(I)
+        S = state["ssm"][i]
+        for head in range(H):
+            g = head // (H // c.n_groups)
+            dt_h = F.softplus(dt[head] + w["dt_bias"][head]).clamp(c.dt_min, c.dt_max)
+            A_h = -torch.exp(w["A_log"][head])
+            x_h = xs[head * P : (head + 1) * P]
+            B_g = B[g * c.state_size : (g + 1) * c.state_size]
+            C_g = C[g * c.state_size : (g + 1) * c.state_size]
+            S[head] = S[head] * torch.exp(dt_h * A_h) + dt_h * torch.outer(x_h, B_g)
+            y[head * P : (head + 1) * P] = S[head] @ C_g + w["D"][head] * x_h
+
+        y = y * F.silu(z)  # gate first, then the grouped norm
+        groups = y.view(c.n_groups, -1)
+        y = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + c.norm_eps)).reshape(I) * w["norm.weight"]
+        return w["out_proj.weight"] @ y + (w["out_proj.bias"] if c.use_bias else 0)
+
+
+# --------------------------------------------------------------------------------------
+# The export form: one token, all heads at once, one write per state.
+# --------------------------------------------------------------------------------------
+
+
+class _Mixer(nn.Module):
+    def __init__(self, cfg: Mamba2Config, i: int, src: TensorSource, b: WeightBuilder):
+        super().__init__()
+        self.cfg = cfg
+        p = f"layers.{i}."
+        m = p + "mixer."
+        vec = lambda n: b.vector(n, src[n], _role(n))  # noqa: E731
+        mm = lambda n: b.matmul(n, src[n].t(), _role(n))  # noqa: E731
+        self.norm_w = vec(p + "norm.weight")
+        self.in_proj = mm(m + "in_proj.weight")
+        self.in_bias = vec(m + "in_proj.bias") if cfg.use_bias else None
+        self.conv_w = vec(m + "conv1d.weight")
+        self.conv_b = vec(m + "conv1d.bias") if cfg.use_conv_bias else None
+        self.dt_bias = vec(m + "dt_bias")
+        # Stored as A = -exp(A_log): the same fp32 op the graph would run every step.
+        self.A = b.vector(m + "A_log", -torch.exp(src[m + "A_log"].float()), "ssm")
+        self.D = vec(m + "D")
+        self.gnorm_w = vec(m + "norm.weight")
+        self.out_proj = mm(m + "out_proj.weight")
+        self.out_bias = vec(m + "out_proj.bias") if cfg.use_bias else None
+
+    def forward(self, x, conv, ssm):
+        """x [1,D] fp32; conv [conv_dim,K], ssm [H,P,N] (state dtype). Returns new slices."""
+        c = self.cfg
+        I, GN, H, P, N, G = (c.intermediate_size, c.n_groups * c.state_size, c.num_heads,
+                             c.head_dim, c.state_size, c.n_groups)  # fmt: skip
+        zxbcdt = self.in_proj(_rms_norm(x, self.norm_w, c.norm_eps))
+        if self.in_bias is not None:
+            zxbcdt = zxbcdt + self.in_bias
+        z, xBC, dt = zxbcdt.split([I, c.conv_dim, H], dim=-1)
+
+        window = torch.cat([conv[:, 1:].float(), xBC.view(c.conv_dim, 1)], dim=1)  # [conv_dim, K]
+        xBC = (window * self.conv_w).sum(-1)
+        if self.conv_b is not None:
+            xBC = xBC + self.conv_b
+        xs, B, C = F.silu(xBC).split([I, GN, GN])
+
+        dt = F.softplus(dt.view(H) + self.dt_bias)
+        if c.dt_min > 0 or c.dt_max is not None:
+            dt = dt.clamp(c.dt_min, c.dt_max)
+        # Heads of one group share its B and C.
+        B = B.view(G, 1, N).expand(G, H // G, N).reshape(H, 1, N)
+        C = C.view(G, 1, N).expand(G, H // G, N).reshape(H, N, 1)
+        xs = xs.view(H, P, 1)
+
+        # The recurrence, in fp32 whatever the state's storage dtype.
+        S = ssm.float() * torch.exp(dt * self.A).view(H, 1, 1) + (dt.view(H, 1, 1) * xs) * B
+        y = (S @ C).view(H, P) + self.D.view(H, 1) * xs.view(H, P)
+
+        y = y.view(1, I) * F.silu(z)  # gate first, then the grouped norm
+        groups = y.view(G, I // G)
+        y = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + c.norm_eps)).view(1, I) * self.gnorm_w
+        out = self.out_proj(y)
+        if self.out_bias is not None:
+            out = out + self.out_bias
+        return out, window, S
+
+
+class Mamba2Decode(nn.Module):
+    """M=1 decode: (input_ids [1,1] int32, position_ids [1,1] int32) -> logits [1,1,V].
+
+    States (buffers mutated in place, each written exactly once per call):
+      convState [L, 1, conv_dim, K]  the last K conv inputs xBC, oldest first (K, not K-1:
+                                     the layout of transformers' and mamba_ssm's conv cache)
+      ssmState  [L, 1, H, P, N]      the SSM state per head, head_dim x state_size
+    """
+
+    def __init__(self, cfg: Mamba2Config, src: TensorSource, b: WeightBuilder, state_dtype: torch.dtype):
+        super().__init__()
+        self.cfg = cfg
+        self.emb = b.table("embeddings.weight", src["embeddings.weight"], "embedding")
+        self.layers = nn.ModuleList(_Mixer(cfg, i, src, b) for i in range(cfg.num_layers))
+        self.norm_f = b.vector("norm_f.weight", src["norm_f.weight"], "norm")
+        self.head = b.matmul("lm_head.weight", src["lm_head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
+        # residual_in_fp32=False: the checkpoint's own runtime carries the residual in its
+        # weight dtype, so it is rounded to the recipe's float dtype after each block.
+        self.residual_dtype = torch.float32 if cfg.residual_in_fp32 else b.recipe.float_dtype
+        register_states(self, MAMBA2.state_specs(cfg, state_dtype))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
+        del position_ids  # positionless; kept in the signature for engine parity
+        x = F.embedding(input_ids.view(1), self.emb).float()  # [1, D]
+        conv: list[torch.Tensor] = []
+        ssm: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            out, window, S = layer(x, read_layer(self.convState, i)[0], read_layer(self.ssmState, i)[0])
+            x = x + out
+            if self.residual_dtype != torch.float32:
+                x = x.to(self.residual_dtype).float()
+            conv.append(window)
+            ssm.append(S)
+        write_once(self.convState, conv)
+        write_once(self.ssmState, ssm)
+        x = _rms_norm(x, self.norm_f, self.cfg.norm_eps)
+        return self.head(x).view(1, 1, self.cfg.vocab_size)
+
+
+# --------------------------------------------------------------------------------------
+# The architecture object
+# --------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Mamba2(Architecture):
+    def config_from_json(self, data: Mapping[str, Any]) -> Mamba2Config:
+        return Mamba2Config(**data)
+
+    def matches_hf_config(self, config_json: Mapping[str, Any]) -> bool:
+        return super().matches_hf_config(config_json) or _is_mamba_ssm_config(config_json)
+
+    def matches_pth(self, source: TensorSource) -> bool:
+        return False  # Mamba-2 ships as folders with a config.json (n_groups is not in the shapes)
+
+    def load_pth(self, source: TensorSource):
+        raise CheckpointError(f"{source.origin}: Mamba-2 checkpoints are loaded from their folder (with config.json)")
+
+    def load_hf(self, config_json: Mapping[str, Any], source: TensorSource) -> tuple[Mamba2Config, TensorSource]:
+        if _is_mamba_ssm_config(config_json):
+            cfg = _config_from_mamba_ssm(config_json, source)
+            tied = bool(config_json.get("tie_embeddings", True))
+            layout = "mamba_ssm layout"
+        else:
+            cfg = _config_from_transformers(config_json, source.origin)
+            tied = bool(config_json.get("tie_word_embeddings", False))
+            layout = "transformers layout"
+        cfg.validate()
+        # mamba_ssm and older conversions name the table "embedding"; transformers "embeddings".
+        embedding = next((n for n in ("backbone.embeddings.weight", "backbone.embedding.weight") if n in source),
+                         "backbone.embeddings.weight")  # fmt: skip
+        # A tied head is usually absent from the file; when present it is the head.
+        head = embedding if tied and "lm_head.weight" not in source else "lm_head.weight"
+        names = _checkpoint_names(cfg, embedding, head)
+        canonical = canonical_shapes(cfg)
+        native = {theirs: canonical[ours] for ours, (theirs, _) in names.items()}
+        for ours, (theirs, _) in names.items():
+            if ours.endswith("conv1d.weight"):  # stored as a depthwise nn.Conv1d: [C, 1, K]
+                native[theirs] = (cfg.conv_dim, 1, cfg.conv_kernel)
+        check_strict(source, native, what=f"Mamba-2 {_describe(cfg)} ({layout})")
+        return cfg, MappedSource(source, names, canonical)
+
+    def synthetic_weights(self, config: Mamba2Config, seed: int) -> TensorSource:
+        return GeneratedSource(canonical_shapes(config), seed, _synthetic_init)
+
+    def state_specs(self, config: Mamba2Config, state_dtype: torch.dtype) -> list[StateSpec]:
+        c = config
+        return [
+            StateSpec(CONV_STATE, (c.num_layers, 1, c.conv_dim, c.conv_kernel), state_dtype,
+                      "[layer, batch, channel (x|B|C), time: last K conv inputs, oldest first]"),
+            StateSpec(SSM_STATE, (c.num_layers, 1, c.num_heads, c.head_dim, c.state_size), state_dtype,
+                      "[layer, batch, head, head_dim, state]"),
+        ]  # fmt: skip
+
+    def build_decode(self, config, weights, builder, state_dtype) -> Mamba2Decode:
+        return Mamba2Decode(config, weights, builder, state_dtype)
+
+    def reference(self, config, weights) -> Mamba2Reference:
+        return Mamba2Reference(config, weights)
+
+    def keeps_float(self, name: str) -> bool:
+        return _role(name) in KEEP_FLOAT_ROLES
+
+
+def _describe(cfg: Mamba2Config) -> str:
+    return (f"(L={cfg.num_layers} D={cfg.hidden_size} H={cfg.num_heads} P={cfg.head_dim} "
+            f"N={cfg.state_size} G={cfg.n_groups} V={cfg.vocab_size})")  # fmt: skip
+
+
+MAMBA2 = _Mamba2(
+    name="mamba2",
+    description="Mamba-2 (SSD): conv + SSM states, transformers or mamba_ssm folders",
+    hf_architectures=("Mamba2ForCausalLM", "Mamba2Model"),
+    presets=PRESETS,
+    tiny_preset="mamba2-tiny",
+)
