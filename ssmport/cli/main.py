@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from ssmport import __version__
-from ssmport.cli import (
-    bench_cmd,
-    export_cmd,
-    gate_cmd,
-    generate_cmd,
-    inspect_cmd,
-    list_cmd,
-    logits_cmd,
-    tokenize_cmd,
-    tokenizer_cmd,
-)
 from ssmport.errors import SsmportError
 
 EXIT_USER_ERROR = 2
-COMMANDS = (export_cmd, gate_cmd, logits_cmd, generate_cmd, inspect_cmd, list_cmd, bench_cmd,
-            tokenize_cmd, tokenizer_cmd)  # fmt: skip
+EXIT_INTERRUPTED = 130
+COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "list", "bench", "tokenize", "tokenizer")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,8 +30,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"ssmport {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        command.add_parser(sub)
+    # Imported here, not at module level, so a Ctrl-C while torch loads is handled by main().
+    for name in COMMANDS:
+        importlib.import_module(f"ssmport.cli.{name}_cmd").add_parser(sub)
     return parser
 
 
@@ -52,15 +43,15 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         code = args.func(args) or 0
     except user_errors() as exc:
         print(f"ssmport: error: {exc}", file=sys.stderr)
         code = EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("ssmport: interrupted", file=sys.stderr)
-        code = 130
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:  # `ssmport ... | head`
         code = 0
     sys.stdout.flush()
