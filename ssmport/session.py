@@ -252,7 +252,7 @@ class ChatSession:
         if not prompt:
             raise SsmportError("empty prompt: nothing to condition on")
         prompt = list(prompt)
-        logits = self._advance_to(prompt)
+        logits = self.prefill_to(prompt)
         self.cache.put(self.runner.snapshot())  # turn boundary: the prompt is in
         rng = np.random.default_rng(seed)
         reply, shown = _Reply(), self.tokenizer.stream()
@@ -260,8 +260,8 @@ class ChatSession:
         self.last.stopped_by = "max tokens"
         for _ in range(max_tokens):
             token = sample_next(logits, temperature, top_p, rng)
-            if token in self.template.eos_ids:
-                self.last.stopped_by = "eos"
+            if token in self.template.eos_ids or token not in self.tokenizer.id_to_bytes:
+                self.last.stopped_by = "eos"  # (an id with no text cannot be shown: it ends the reply too)
                 break
             text = self.tokenizer.decode(reply.tokens + reply.pending + [token])
             cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
@@ -282,7 +282,9 @@ class ChatSession:
         self.last.reply_tokens = len(reply.tokens)
         self.cache.put(self.runner.snapshot())  # turn boundary: the reply is in
 
-    def _advance_to(self, prompt: list[int]) -> np.ndarray:
+    def prefill_to(self, prompt: list[int]) -> np.ndarray:
+        """Bring the state to `prompt` (reusing what it holds, or a snapshot); return the
+        logits after the prompt's last token."""
         held = self.runner.tokens
         self.last = TurnStats(prompt_tokens=len(prompt))
         if not (len(held) < len(prompt) and _is_prefix(held, prompt)):
