@@ -25,25 +25,30 @@ def add_parser(sub) -> None:
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
     p.add_argument("--max-snapshots", type=int, default=16, help="snapshots kept (default 16)")
     p.add_argument("--snapshot-mb", type=float, default=256, help="memory for snapshots, MB (default 256)")
+    p.add_argument("--state", help="continue from a state saved with --save-state (same bundle only)")
+    p.add_argument("--save-state", help="save the conversation's state here at the end (safetensors)")
     p.add_argument("--stats", action="store_true", help="after each reply, print tokens reused / fed to stderr")
     p.set_defaults(func=run)
 
 
-def _lines(script: str | None):
+def _read_script(script: str) -> list[str]:
+    try:
+        with open(script, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except OSError as exc:
+        raise SsmportError(f"{script}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SsmportError(f"{script}: not valid UTF-8 text (byte {exc.start})") from None
+
+
+def _lines(script: list[str] | None):
     if script is None:
         while True:
             try:
                 yield input("> ")
             except EOFError:
                 return
-    try:
-        with open(script, encoding="utf-8") as f:
-            text = f.read()
-    except OSError as exc:
-        raise SsmportError(f"{script}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise SsmportError(f"{script}: not valid UTF-8 text (byte {exc.start})") from None
-    for line in text.splitlines():
+    for line in script:
         print(f"> {line}")
         yield line
 
@@ -52,27 +57,32 @@ def run(args) -> int:
     from ssmport.bundle import Bundle
     from ssmport.gate import bundle_tokenizer
     from ssmport.runtime import Runner
-    from ssmport.session import ChatSession, SnapshotCache, chat_template
+    from ssmport.session import ChatSession, SnapshotCache, StateSnapshot, chat_template
 
     if args.max_tokens < 1 or args.max_snapshots < 1 or args.snapshot_mb <= 0:
         raise SsmportError("--max-tokens, --max-snapshots and --snapshot-mb must be positive")
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         raise SsmportError("need --temperature >= 0 and 0 < --top-p <= 1")
+    script = _read_script(args.script) if args.script is not None else None
     bundle = Bundle.open(args.bundle)
     tokenizer = bundle_tokenizer(bundle)
     if tokenizer is None:
         raise SsmportError(f"{bundle.path}: has no tokenizer, so it cannot chat in text")
     template = chat_template(bundle.manifest)
-    if bundle.manifest.get("synthetic_weights"):
-        print("[synthetic weights: replies are noise by design]", file=sys.stderr)
-    if args.script is None:
-        print(HELP_LINES, file=sys.stderr)
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
     cache = SnapshotCache(args.max_snapshots, int(args.snapshot_mb * (1 << 20)))
     with Runner(bundle) as runner:
         session = ChatSession(runner, tokenizer, template, cache)
+        if args.state:
+            snap = StateSnapshot.load(args.state)
+            runner.restore(snap)
+            session.transcript = list(snap.tokens)
+        if bundle.manifest.get("synthetic_weights"):
+            print("[synthetic weights: replies are noise by design]", file=sys.stderr)
+        if script is None:
+            print(HELP_LINES, file=sys.stderr)
         turns: list[tuple[list[int], str]] = []  # (transcript before the turn, message)
-        for line in _lines(args.script):
+        for line in _lines(script):
             command = line.strip()
             if command in ("/quit", "/exit"):
                 break
@@ -102,4 +112,6 @@ def run(args) -> int:
                 print(f"[prompt {s.prompt_tokens} tokens: {s.reused_tokens} reused"
                       f"{' from a snapshot' if s.restored else ''}, {s.fed_tokens} fed; "
                       f"reply {s.reply_tokens} tokens, ended by {s.stopped_by}]", file=sys.stderr)  # fmt: skip
+        if args.save_state:
+            runner.snapshot().save(args.save_state)
     return 0
