@@ -103,6 +103,8 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, KeyError,
             TypeError, struct.error) as exc:  # fmt: skip
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (KeyError, TypeError, struct.error)):  # their messages mean nothing here
+            first = "unrecognised file format"
         raise CheckpointError(f"{path}: not a loadable PyTorch checkpoint ({first})") from None
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
