@@ -149,7 +149,7 @@ class Runner:
         for name in d.state_names:
             desc = d.state_descriptor(name)
             self._states[name] = np.zeros(desc.shape, dtype=np.dtype(desc.dtype))
-        # The runtime mutates states in place through these views.
+        # NDArray copies the array: the runtime updates its own buffers (read them via state()).
         self._bound = {name: NDArray(arr) for name, arr in self._states.items()}
         self.tokens = []
 
