@@ -63,7 +63,7 @@ def test_runtime_keeps_no_result_alive_after_a_step(multi_function_bundle):
     def live_futures() -> int:
         assert settle(timeout=10)
         gc.collect()
-        return sum(isinstance(o, asyncio.Future) for o in gc.get_objects())
+        return sum(type(o) is asyncio.Future for o in gc.get_objects())
 
     with Runner(multi_function_bundle) as runner:
         runner.feed([1, 2])
