@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
 import torch
 
+from ir_checks import writes_per_state
 from rwkv7_files import rwkv_package_logits
 from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
@@ -90,12 +90,7 @@ def test_each_state_written_once_in_ir(blinkdl_pth, quant):
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
     program, _ = convert(model, builder, torch.float32)
-    ir = str(program)
-    header = re.search(r"coreai\.graph @main\((.*?)\) ->", ir, re.S).group(1)
-    handles = dict(re.findall(r'%(arg\d+): !coreai\.handle<[^{]*\{[^}]*coreai\.name = "(\w+)"', header))
-    assert sorted(handles.values()) == ["recState", "shiftState"]
-    for arg in handles:
-        assert len(re.findall(rf"coreai\.write_handle %{arg}\b", ir)) == 1
+    assert writes_per_state(program) == {"recState": 1, "shiftState": 1}
 
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):
