@@ -6,7 +6,8 @@ import sys
 
 from ssmport.errors import SsmportError
 
-HELP_LINES = "commands: /retry (new reply to the last message), /undo (drop the last turn), /reset, /quit"
+HELP_LINES = ("commands: /retry (new reply to the last message), /undo (drop the last turn), /reset, /quit; "
+              "Ctrl-C stops a reply")
 
 
 def add_parser(sub) -> None:
@@ -103,9 +104,18 @@ def run(args) -> int:
             else:
                 message = line
             turns.append((list(session.transcript), message))
-            for piece in session.send(message, args.max_tokens, **sampling):
-                sys.stdout.write(piece)
-                sys.stdout.flush()
+            try:
+                for piece in session.send(message, args.max_tokens, **sampling):
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                if script is not None:
+                    raise
+                # Ctrl-C stops the reply, not the chat; the cut reply is not kept in the
+                # conversation (the next turn rewinds to the snapshot before it).
+                turns.pop()
+                print("\n[reply interrupted]", file=sys.stderr)
+                continue
             sys.stdout.write("\n")
             if args.stats:
                 s = session.last
