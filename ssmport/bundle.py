@@ -93,8 +93,14 @@ def staged_directory(final: Path, overwrite: bool) -> Iterator[Path]:
     """
     if final.exists() and not overwrite:
         raise SsmportError(f"{final} already exists (pass --overwrite to replace it)")
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    for parent in (final.parent, *final.parent.parents):
+        if parent.exists() and not parent.is_dir():
+            raise SsmportError(f"{parent} is not a directory")
+    try:
+        final.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
+    except OSError as exc:
+        raise SsmportError(f"{final.parent}: cannot write there ({exc.strerror})") from None
     try:
         yield tmp
         if final.exists():
@@ -104,6 +110,10 @@ def staged_directory(final: Path, overwrite: bool) -> Iterator[Path]:
             shutil.rmtree(trash, ignore_errors=True)
         else:
             os.replace(tmp, final)
+    except OSError as exc:  # disk full, quota, permissions: one line, and nothing left behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        where = f" ({exc.filename})" if exc.filename else ""
+        raise SsmportError(f"writing {final} failed: {exc.strerror or exc}{where}") from None
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

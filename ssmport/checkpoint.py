@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import struct
 import zipfile
 import zlib
 from collections.abc import Callable, Iterator, Mapping
@@ -139,8 +140,13 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
             obj = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise CheckpointError(f"{path}: no such file") from None
-    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError) as exc:
+    # What torch.load raises on a file that is not a checkpoint (a text file: KeyError on its
+    # "magic number"; a cut one: EOFError, struct.error, ...).
+    except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, KeyError,
+            TypeError, struct.error) as exc:  # fmt: skip
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, (KeyError, TypeError, struct.error)):  # their messages mean nothing here
+            first = "unrecognised file format"
         raise CheckpointError(f"{path}: not a loadable PyTorch checkpoint ({first})") from None
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
@@ -237,7 +243,11 @@ class MappedSource(TensorSource):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         source_name, transform = self._mapping[name]
-        return transform(self._source[source_name])
+        tensor = transform(self._source[source_name])
+        # Refused rather than warned about: a NaN/Inf weight makes every output NaN.
+        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+            raise CheckpointError(f"{self.origin}: tensor {source_name} contains NaN or Inf values")
+        return tensor
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._mapping)

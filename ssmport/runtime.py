@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import gc
 import weakref
@@ -25,8 +24,10 @@ import numpy as np
 
 from ssmport._quiet import native_stderr_filtered
 from ssmport.bundle import Bundle
+from ssmport.coreai_loop import CoreAILoop, interrupts_held, settle
 from ssmport.errors import BundleError, SsmportError
 from ssmport.sampling import sample_next
+from ssmport.session import StateSnapshot
 
 
 def cache_root() -> Path:
@@ -86,9 +87,8 @@ def ensure_lowered(bundle: Bundle) -> tuple[Path, bool]:
     return target, True
 
 
-# Runtime objects still alive when the interpreter tears down make the Swift runtime abort
-# ("C++ exception handling detected ...", SIGABRT, exit 134; reproduced with a Runner that
-# was never closed). Every Runner is closed here, in order, before teardown begins.
+# Runners still open at exit are closed (and the runtime settled, see ssmport.coreai_loop)
+# before the interpreter starts finalizing.
 _LIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
 
 
@@ -107,10 +107,10 @@ class Runner:
         self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
         m = self.bundle.manifest
         self.vocab_size = int(m["outputs"][0]["shape"][-1])
-        self._loop = asyncio.new_event_loop()
+        self._loop = CoreAILoop()
         _LIVE.add(self)
         lowered, self.lowered_now = ensure_lowered(self.bundle)
-        with native_stderr_filtered():
+        with native_stderr_filtered(), interrupts_held():
             self._model = self._loop.run_until_complete(AIModel.load(lowered))
             self._fn = self._model.load_function(function)
         self._check_descriptor()
@@ -149,13 +149,28 @@ class Runner:
         for name in d.state_names:
             desc = d.state_descriptor(name)
             self._states[name] = np.zeros(desc.shape, dtype=np.dtype(desc.dtype))
-        # The runtime mutates states in place through these views.
+        # NDArray copies the array: the runtime updates its own buffers (read them via state()).
         self._bound = {name: NDArray(arr) for name, arr in self._states.items()}
         self.tokens = []
 
     def state(self, name: str) -> np.ndarray:
         """The current value of a state (a copy)."""
         return self._bound[name].numpy().copy()
+
+    def snapshot(self) -> StateSnapshot:
+        """A copy of every state and of the tokens fed: O(state size), whatever the history."""
+        m = self.bundle.manifest
+        states = {name: self._bound[name].numpy().copy() for name in self.state_names}
+        return StateSnapshot(m["bundle_id"], m["architecture"], states, tuple(self.tokens))
+
+    def restore(self, snap: StateSnapshot) -> None:
+        """Put the states and token list back as they were when `snap` was taken."""
+        from coreai.runtime import NDArray
+
+        snap.check_fits(self.bundle.manifest)
+        # NDArray copies the array it is given (and `.numpy()` returns a copy): bind new ones.
+        self._bound = {name: NDArray(np.ascontiguousarray(snap.states[name])) for name in self.state_names}
+        self.tokens = list(snap.tokens)
 
     def step(self, token: int) -> np.ndarray:
         """Feed one token; return the logits after it as float32 [V]."""
@@ -167,8 +182,9 @@ class Runner:
             "input_ids": NDArray(np.array([[token]], dtype=np.int32)),
             "position_ids": NDArray(np.array([[len(self.tokens)]], dtype=np.int32)),
         }
-        out = self._loop.run_until_complete(self._fn(inputs=inputs, state=self._bound))
-        self.tokens.append(int(token))
+        with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
+            out = self._loop.run_until_complete(self._fn(inputs=inputs, state=self._bound))
+            self.tokens.append(int(token))
         return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
 
     def feed(self, tokens: list[int]) -> np.ndarray:
@@ -203,6 +219,7 @@ class Runner:
             if hasattr(self, attr):
                 delattr(self, attr)
         gc.collect()
+        settle()  # the runtime's threads let go of their Python objects before we go on
         if not self._loop.is_closed():
             self._loop.close()
         _LIVE.discard(self)

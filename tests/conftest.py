@@ -79,3 +79,17 @@ def scratch_bundle(pth_fp32_bundle, tmp_path):
     import shutil
 
     return shutil.copytree(pth_fp32_bundle.path, tmp_path / pth_fp32_bundle.path.name)
+
+
+@pytest.fixture(scope="session")
+def multi_function_bundle(bundles):
+    """rwkv7-tiny (synthetic, fp32, World tokenizer) whose asset has two functions, `main` and
+    `prefill` (here the same decode graph twice): the shape of asset that made the Swift
+    runtime abort at interpreter exit."""
+    from multifunction import rebuild_with_second_function
+
+    from ssmport.exporter import export
+
+    result = export("rwkv7-tiny", bundles, synthetic=True, quant="fp32", gate=False, progress=False,
+                    name="rwkv7-tiny-two-functions")  # fmt: skip
+    return rebuild_with_second_function(result.path)

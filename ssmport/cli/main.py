@@ -3,25 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
 from ssmport import __version__
-from ssmport.cli import (
-    bench_cmd,
-    export_cmd,
-    gate_cmd,
-    generate_cmd,
-    inspect_cmd,
-    list_cmd,
-    logits_cmd,
-    tokenize_cmd,
-    tokenizer_cmd,
-)
 from ssmport.errors import SsmportError
 
 EXIT_USER_ERROR = 2
-COMMANDS = (export_cmd, gate_cmd, logits_cmd, generate_cmd, inspect_cmd, list_cmd, bench_cmd,
-            tokenize_cmd, tokenizer_cmd)  # fmt: skip
+EXIT_INTERRUPTED = 130
+COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "list", "bench", "tokenize", "tokenizer")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -48,8 +38,9 @@ def build_parser() -> argparse.ArgumentParser:
         "before running the command; repeatable; also read from $SSMPORT_PLUGINS",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for command in COMMANDS:
-        command.add_parser(sub)
+    # Imported here, not at module level, so a Ctrl-C while torch loads is handled by main().
+    for name in COMMANDS:
+        importlib.import_module(f"ssmport.cli.{name}_cmd").add_parser(sub)
     return parser
 
 
@@ -60,8 +51,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
     try:
+        args = build_parser().parse_args(argv)
         from ssmport.plugins import load_plugins
 
         load_plugins(args.plugin)
@@ -71,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         code = EXIT_USER_ERROR
     except KeyboardInterrupt:
         print("ssmport: interrupted", file=sys.stderr)
-        code = 130
+        code = EXIT_INTERRUPTED
     except BrokenPipeError:  # `ssmport ... | head`
         code = 0
     sys.stdout.flush()

@@ -1,0 +1,127 @@
+"""ssmport chat BUNDLE: a multi-turn conversation that reuses the recurrent state."""
+
+from __future__ import annotations
+
+import sys
+
+from ssmport.errors import SsmportError
+
+HELP_LINES = ("commands: /retry (new reply to the last message), /undo (drop the last turn), /reset, /quit; "
+              "Ctrl-C stops a reply")
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser(
+        "chat",
+        help="interactive multi-turn chat that reuses the state between turns",
+        description="Chat with a bundle on the Core AI runtime. The state after every turn is "
+        "kept as a snapshot, so a turn feeds only its own new tokens, and /retry or /undo rewind "
+        "to a snapshot instead of re-reading the conversation. " + HELP_LINES + ".",
+    )
+    p.add_argument("bundle")
+    p.add_argument("--script", help="read the user's lines from FILE instead of the terminal (one per line)")
+    p.add_argument("-n", "--max-tokens", type=int, default=256, help="reply length limit (default 256)")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
+    p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--max-snapshots", type=int, default=16, help="snapshots kept (default 16)")
+    p.add_argument("--snapshot-mb", type=float, default=256, help="memory for snapshots, MB (default 256)")
+    p.add_argument("--state", help="continue from a state saved with --save-state (same bundle only)")
+    p.add_argument("--save-state", help="save the conversation's state here at the end (safetensors)")
+    p.add_argument("--stats", action="store_true", help="after each reply, print tokens reused / fed to stderr")
+    p.set_defaults(func=run)
+
+
+def _read_script(script: str) -> list[str]:
+    try:
+        with open(script, encoding="utf-8") as f:
+            return f.read().splitlines()
+    except OSError as exc:
+        raise SsmportError(f"{script}: cannot read ({exc.strerror})") from None
+    except UnicodeDecodeError as exc:
+        raise SsmportError(f"{script}: not valid UTF-8 text (byte {exc.start})") from None
+
+
+def _lines(script: list[str] | None):
+    if script is None:
+        while True:
+            try:
+                yield input("> ")
+            except EOFError:
+                return
+    for line in script:
+        print(f"> {line}")
+        yield line
+
+
+def run(args) -> int:
+    from ssmport.bundle import Bundle
+    from ssmport.gate import bundle_tokenizer
+    from ssmport.runtime import Runner
+    from ssmport.session import ChatSession, SnapshotCache, StateSnapshot, chat_template
+
+    if args.max_tokens < 1 or args.max_snapshots < 1 or args.snapshot_mb <= 0:
+        raise SsmportError("--max-tokens, --max-snapshots and --snapshot-mb must be positive")
+    if args.temperature < 0 or not 0 < args.top_p <= 1:
+        raise SsmportError("need --temperature >= 0 and 0 < --top-p <= 1")
+    script = _read_script(args.script) if args.script is not None else None
+    bundle = Bundle.open(args.bundle)
+    tokenizer = bundle_tokenizer(bundle)
+    if tokenizer is None:
+        raise SsmportError(f"{bundle.path}: has no tokenizer, so it cannot chat in text")
+    template = chat_template(bundle.manifest)
+    sampling = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
+    cache = SnapshotCache(args.max_snapshots, int(args.snapshot_mb * (1 << 20)))
+    with Runner(bundle) as runner:
+        session = ChatSession(runner, tokenizer, template, cache)
+        if args.state:
+            snap = StateSnapshot.load(args.state)
+            runner.restore(snap)
+            session.transcript = list(snap.tokens)
+        if bundle.manifest.get("synthetic_weights"):
+            print("[synthetic weights: replies are noise by design]", file=sys.stderr)
+        if script is None:
+            print(HELP_LINES, file=sys.stderr)
+        turns: list[tuple[list[int], str]] = []  # (transcript before the turn, message)
+        for line in _lines(script):
+            command = line.strip()
+            if command in ("/quit", "/exit"):
+                break
+            if command == "/reset":
+                session.reset()
+                turns.clear()
+                continue
+            if command in ("/undo", "/retry"):
+                if not turns:
+                    print("(nothing to undo)", file=sys.stderr)
+                    continue
+                before, message = turns.pop()
+                session.transcript = before
+                if command == "/undo":
+                    continue
+            elif not command:
+                continue
+            else:
+                message = line
+            turns.append((list(session.transcript), message))
+            try:
+                for piece in session.send(message, args.max_tokens, **sampling):
+                    sys.stdout.write(piece)
+                    sys.stdout.flush()
+            except KeyboardInterrupt:
+                if script is not None:
+                    raise
+                # Ctrl-C stops the reply, not the chat; the cut reply is not kept in the
+                # conversation (the next turn rewinds to the snapshot before it).
+                turns.pop()
+                print("\n[reply interrupted]", file=sys.stderr)
+                continue
+            sys.stdout.write("\n")
+            if args.stats:
+                s = session.last
+                print(f"[prompt {s.prompt_tokens} tokens: {s.reused_tokens} reused"
+                      f"{' from a snapshot' if s.restored else ''}, {s.fed_tokens} fed; "
+                      f"reply {s.reply_tokens} tokens, ended by {s.stopped_by}]", file=sys.stderr)  # fmt: skip
+        if args.save_state:
+            runner.snapshot().save(args.save_state)
+    return 0

@@ -1,0 +1,322 @@
+"""Multi-turn reuse through O(1) state snapshots.
+
+A recurrent model's whole context is its state: a few MB, whatever the history length. A
+`StateSnapshot` copies every state plus the exact list of tokens fed, so "rewinding" a
+conversation is a copy instead of a re-prefill. A `ChatSession` keeps a snapshot at every
+turn boundary and, for each new prompt, feeds only what the state does not already hold:
+
+- the prompt extends what the runner holds: feed the new tokens;
+- otherwise: restore the longest snapshot whose tokens are a proper prefix of the prompt
+  (proper: at least one token is fed, which gives the logits to sample from), feed the rest;
+- no snapshot fits: start from the zero state.
+
+Generation stops exactly at EOS or at a stop string, and the state is left holding exactly
+the reply text the user was shown: EOS and the token that completes a stop string are never
+fed, and tokens fed while the reply's tail could still begin a stop string are rolled back
+from a snapshot when it does.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from ssmport.errors import SsmportError
+from ssmport.sampling import sample_next
+
+SNAPSHOT_FORMAT = "ssmport-state"
+SNAPSHOT_VERSION = 1
+_STATE_PREFIX = "state."
+_TOKENS_KEY = "tokens"
+
+
+# --- snapshots -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StateSnapshot:
+    """Every state of a runner (copied) and the exact tokens that produced them."""
+
+    bundle_id: str
+    architecture: str
+    states: dict[str, np.ndarray]  # in the bundle's state order
+    tokens: tuple[int, ...]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(a.nbytes for a in self.states.values()) + 4 * len(self.tokens)
+
+    def check_fits(self, manifest: dict) -> None:
+        """Refuse a snapshot taken from another bundle, or whose states do not have the
+        bundle's names, shapes and dtypes."""
+        if self.bundle_id != manifest["bundle_id"]:
+            raise SsmportError(
+                f"this state snapshot was taken from another bundle (id {self.bundle_id[:12]}, "
+                f"{self.architecture}); this bundle is {manifest['name']} (id {manifest['bundle_id'][:12]})"
+            )
+        want = [(s["name"], tuple(s["shape"]), s["dtype"]) for s in manifest["states"]]
+        got = [(n, a.shape, str(a.dtype)) for n, a in self.states.items()]
+        if got != want:
+            raise SsmportError(f"state snapshot holds states {got}; the bundle's are {want}")
+
+    def save(self, path: str | Path) -> Path:
+        """Write as safetensors (states + the token list as int32) with a JSON header in its
+        metadata; atomically, so a reader never sees half a file."""
+        from safetensors.numpy import save
+
+        path = Path(path)
+        tensors = {_STATE_PREFIX + n: np.ascontiguousarray(a) for n, a in self.states.items()}
+        tensors[_TOKENS_KEY] = np.asarray(self.tokens, dtype=np.int32)
+        header = {"format": SNAPSHOT_FORMAT, "version": SNAPSHOT_VERSION, "bundle_id": self.bundle_id,
+                  "architecture": self.architecture, "token_count": len(self.tokens),
+                  "state_order": list(self.states)}  # fmt: skip
+        data = save(tensors, metadata={"ssmport": json.dumps(header)})
+        if not path.parent.is_dir():
+            raise SsmportError(f"{path.parent}: no such directory")
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        except OSError as exc:
+            Path(tmp).unlink(missing_ok=True)
+            raise SsmportError(f"{path}: cannot write the state snapshot ({exc.strerror})") from None
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> StateSnapshot:
+        from safetensors import SafetensorError
+        from safetensors.numpy import load
+
+        path = Path(path)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise SsmportError(f"{path}: cannot read ({exc.strerror})") from None
+        try:
+            tensors = load(data)
+            header = json.loads(_safetensors_metadata(data)["ssmport"])
+            if header.get("format") != SNAPSHOT_FORMAT:
+                raise ValueError("not an ssmport state snapshot")
+            if header.get("version") != SNAPSHOT_VERSION:
+                raise ValueError(f"snapshot version {header.get('version')} is not supported")
+            states = {n: tensors[_STATE_PREFIX + n] for n in header["state_order"]}
+            tokens = tuple(int(t) for t in tensors[_TOKENS_KEY])
+            if len(tokens) != header["token_count"]:
+                raise ValueError("token count does not match its header")
+            return cls(header["bundle_id"], header["architecture"], states, tokens)
+        except (SafetensorError, ValueError, KeyError, TypeError) as exc:
+            raise SsmportError(f"{path}: not a valid ssmport state snapshot ({exc})") from None
+
+
+def _safetensors_metadata(data: bytes) -> dict:
+    """The `__metadata__` of a safetensors blob (8-byte little-endian length, JSON header)."""
+    if len(data) < 8:
+        raise ValueError("file too short")
+    n = int.from_bytes(data[:8], "little")
+    meta = json.loads(data[8 : 8 + n]).get("__metadata__")
+    if not isinstance(meta, dict) or "ssmport" not in meta:
+        raise ValueError("no ssmport header")
+    return meta
+
+
+class SnapshotCache:
+    """Snapshots keyed by their token lists, least recently used first out, bounded by a
+    count and a byte budget."""
+
+    def __init__(self, max_count: int = 16, max_bytes: int = 256 << 20):
+        if max_count < 1 or max_bytes < 1:
+            raise SsmportError("the snapshot cache needs room for at least one snapshot")
+        self.max_count, self.max_bytes = max_count, max_bytes
+        self._items: OrderedDict[tuple[int, ...], StateSnapshot] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self._items.values())
+
+    def put(self, snap: StateSnapshot) -> None:
+        if snap.nbytes > self.max_bytes:
+            return
+        self._items[snap.tokens] = snap
+        self._items.move_to_end(snap.tokens)
+        while len(self._items) > self.max_count or self.nbytes > self.max_bytes:
+            self._items.popitem(last=False)
+
+    def longest_proper_prefix(self, tokens: Sequence[int]) -> StateSnapshot | None:
+        """The snapshot with the most tokens that are a proper prefix of `tokens`."""
+        best = None
+        for key, snap in self._items.items():
+            if len(key) < len(tokens) and (best is None or len(key) > len(best.tokens)) and _is_prefix(key, tokens):
+                best = snap
+        if best is not None:
+            self._items.move_to_end(best.tokens)
+        return best
+
+
+def _is_prefix(prefix: Sequence[int], tokens: Sequence[int]) -> bool:
+    return len(prefix) <= len(tokens) and tuple(tokens[: len(prefix)]) == tuple(prefix)
+
+
+# --- chat ----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ChatTemplate:
+    """How turns are written as text, and where a reply ends."""
+
+    first_user: str  # "{message}" is replaced by the user's text
+    next_user: str  # the same for later turns (it carries the separator after a reply)
+    stop_strings: tuple[str, ...]
+    eos_ids: tuple[int, ...]
+
+    def user_turn(self, message: str, first: bool) -> str:
+        return (self.first_user if first else self.next_user).replace("{message}", message)
+
+
+# RWKV World chat format: "User: ...\n\nAssistant: ...\n\nUser: ...". A reply ends at a blank
+# line or at end-of-text (id 0); the blank line after a reply is written by the next turn.
+RWKV_WORLD_CHAT = ChatTemplate(
+    first_user="User: {message}\n\nAssistant:",
+    next_user="\n\nUser: {message}\n\nAssistant:",
+    stop_strings=("\n\n",),
+    eos_ids=(0,),
+)
+CHAT_TEMPLATES = {"rwkv-world": RWKV_WORLD_CHAT}  # by the bundle's tokenizer kind
+
+
+def chat_template(manifest: dict) -> ChatTemplate:
+    kind = (manifest.get("tokenizer") or {}).get("kind")
+    if kind not in CHAT_TEMPLATES:
+        raise SsmportError(f"{manifest['name']}: no chat template for tokenizer kind {kind!r}")
+    return CHAT_TEMPLATES[kind]
+
+
+@dataclass
+class TurnStats:
+    prompt_tokens: int = 0
+    reused_tokens: int = 0  # already in the state (no compute)
+    fed_tokens: int = 0  # prompt tokens computed this turn
+    restored: bool = False  # rewound to a snapshot
+    reply_tokens: int = 0
+    stopped_by: str = ""  # "eos" | "stop string" | "max tokens"
+
+
+@dataclass
+class _Reply:
+    """Bookkeeping of one reply while it is generated (see `ChatSession.generate`)."""
+
+    tokens: list[int] = field(default_factory=list)  # fed, and shown
+    pending: list[int] = field(default_factory=list)  # fed, not yet shown: may begin a stop
+    rollback: StateSnapshot | None = None  # the state before the first pending token
+
+
+class ChatSession:
+    """A conversation over a runner (`step`, `feed`, `snapshot`, `restore`, `reset`)."""
+
+    def __init__(self, runner, tokenizer, template: ChatTemplate, cache: SnapshotCache | None = None):
+        self.runner = runner
+        self.tokenizer = tokenizer
+        self.template = template
+        self.cache = cache or SnapshotCache()
+        self.transcript: list[int] = []  # the conversation so far, as fed
+        self.last = TurnStats()
+
+    # -- turns ----------------------------------------------------------------------------
+    def send(self, message: str, max_tokens: int = 256, **sampling) -> Iterator[str]:
+        """Add a user turn and stream the reply's text."""
+        if not message.strip():
+            raise SsmportError("empty message")
+        prompt = self.transcript + self.tokenizer.encode(self.template.user_turn(message, not self.transcript))
+        return self.generate(prompt, max_tokens, **sampling)
+
+    def reset(self) -> None:
+        """Start a new conversation (snapshots are kept: an old prefix can still be reused)."""
+        self.transcript = []
+
+    # -- the engine -------------------------------------------------------------------------
+    def generate(
+        self, prompt: Sequence[int], max_tokens: int = 256, temperature: float = 0.0, top_p: float = 1.0, seed: int = 0
+    ) -> Iterator[str]:
+        """Bring the state to `prompt` with as little compute as the snapshots allow, then
+        sample a reply, streaming its text. Afterwards `transcript` is the prompt plus the
+        reply as fed, and the runner's state holds exactly that."""
+        if not prompt:
+            raise SsmportError("empty prompt: nothing to condition on")
+        prompt = list(prompt)
+        logits = self.prefill_to(prompt)
+        self.cache.put(self.runner.snapshot())  # turn boundary: the prompt is in
+        rng = np.random.default_rng(seed)
+        reply, shown = _Reply(), self.tokenizer.stream()
+        stops = [s.encode() for s in self.template.stop_strings]
+        self.last.stopped_by = "max tokens"
+        for _ in range(max_tokens):
+            token = sample_next(logits, temperature, top_p, rng)
+            if token in self.template.eos_ids or token not in self.tokenizer.id_to_bytes:
+                self.last.stopped_by = "eos"  # (an id with no text cannot be shown: it ends the reply too)
+                break
+            text = self.tokenizer.decode(reply.tokens + reply.pending + [token])
+            cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+            if cut >= 0:
+                yield from self._end_at_stop(reply, text[:cut], shown)
+                self.last.stopped_by = "stop string"
+                break
+            if reply.rollback is None and _partial_stop(text, stops):
+                reply.rollback = self.runner.snapshot()
+            logits = self.runner.step(token)
+            reply.pending.append(token)
+            if not _partial_stop(text, stops):
+                yield from self._show(reply, reply.pending, shown)
+                reply.pending, reply.rollback = [], None
+        yield from self._show(reply, reply.pending, shown)  # fed, and no stop string followed
+        yield shown.flush()
+        self.transcript = prompt + reply.tokens
+        self.last.reply_tokens = len(reply.tokens)
+        self.cache.put(self.runner.snapshot())  # turn boundary: the reply is in
+
+    def prefill_to(self, prompt: list[int]) -> np.ndarray:
+        """Bring the state to `prompt` (reusing what it holds, or a snapshot); return the
+        logits after the prompt's last token."""
+        held = self.runner.tokens
+        self.last = TurnStats(prompt_tokens=len(prompt))
+        if not (len(held) < len(prompt) and _is_prefix(held, prompt)):
+            snap = self.cache.longest_proper_prefix(prompt)
+            if snap is not None:
+                self.runner.restore(snap)
+                self.last.restored = True
+            else:
+                self.runner.reset()
+        start = len(self.runner.tokens)
+        self.last.reused_tokens, self.last.fed_tokens = start, len(prompt) - start
+        return self.runner.feed(prompt[start:])[-1]
+
+    def _end_at_stop(self, reply: _Reply, visible: bytes, shown) -> Iterator[str]:
+        """The reply ends where a stop string begins: roll back what was fed past that
+        point and feed the visible part of a token that straddles it."""
+        if reply.rollback is not None:
+            self.runner.restore(reply.rollback)
+        kept = self.tokenizer.decode(reply.tokens)
+        tail = visible[len(kept) :]
+        tail_ids = self.tokenizer.encode(tail) if tail else []
+        self.runner.feed(tail_ids)
+        reply.pending, reply.rollback = [], None
+        yield from self._show(reply, tail_ids, shown)
+
+    @staticmethod
+    def _show(reply: _Reply, ids: list[int], shown) -> Iterator[str]:
+        for t in ids:
+            reply.tokens.append(t)
+            yield shown.feed(t)
+
+
+def _partial_stop(text: bytes, stops: list[bytes]) -> bool:
+    """Whether `text` ends with a proper, non-empty prefix of a stop string."""
+    return any(text.endswith(s[:k]) for s in stops for k in range(1, len(s)))
