@@ -23,7 +23,7 @@ TOKENS = [1, 45, 45, 300, 7, 0, 19, 222, 5, 5, 5, 128, 64, 2, 319, 11]
 
 def coreai_logits(bundle_path, tokens) -> np.ndarray:
     with Runner(bundle_path) as runner:
-        return runner.feed(tokens)
+        return runner.step_each(tokens)
 
 
 def rel_err(ref, got) -> float:
@@ -89,7 +89,7 @@ def test_each_state_written_once_in_ir(blinkdl_pth, quant):
     """Apple's GPU delegate keeps one write per state handle: count them in the IR."""
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
-    program, _ = convert(model, builder, torch.float32)
+    program = convert(model, builder, torch.float32).program
     ir = str(program)
     header = re.search(r"coreai\.graph @main\((.*?)\) ->", ir, re.S).group(1)
     handles = dict(re.findall(r'%(arg\d+): !coreai\.handle<[^{]*\{[^}]*coreai\.name = "(\w+)"', header))
