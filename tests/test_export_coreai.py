@@ -59,9 +59,10 @@ def test_fla_sharded_folder_bundle_matches_package(fla_folder, blinkdl_pth, bund
 
 def test_export_gate_recorded(pth_fp32_bundle):
     m = pth_fp32_bundle.manifest
-    assert m["gate"]["passed"] and m["gate"]["steps"] == 6
+    # 6 tokens: the first 3 as one prompt through prefill (one record), then 3 decode steps
+    assert m["gate"]["passed"] and m["gate"]["steps"] == 4
     transcript = json.loads((pth_fp32_bundle.path / "gate.json").read_text())
-    assert len(transcript["steps"]) == 6
+    assert [(s["step"], s["via"]) for s in transcript["steps"]] == [(2, "prefill"), (3, "main"), (4, "main"), (5, "main")]
     assert transcript["summary"]["max_rel_logit_delta"] < 1e-4
 
 
@@ -86,16 +87,22 @@ def test_contract_names_order_shapes_dtypes(pth_fp32_bundle, dims):
 
 @pytest.mark.parametrize("quant", ["fp32", "fp16"])
 def test_each_state_written_once_in_ir(blinkdl_pth, quant):
-    """Apple's GPU delegate keeps one write per state handle: count them in the IR."""
+    """Apple's GPU delegate keeps one write per state handle: count them in the IR of both
+    functions (decode and prefill), outside any loop body."""
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
-    program = convert(model, builder, torch.float32).program
-    ir = str(program)
-    header = re.search(r"coreai\.graph @main\((.*?)\) ->", ir, re.S).group(1)
-    handles = dict(re.findall(r'%(arg\d+): !coreai\.handle<[^{]*\{[^}]*coreai\.name = "(\w+)"', header))
-    assert sorted(handles.values()) == ["recState", "shiftState"]
-    for arg in handles:
-        assert len(re.findall(rf"coreai\.write_handle %{arg}\b", ir)) == 1
+    ir = str(convert(model, builder, torch.float32, prefill_chunk=4).program)
+    graphs = dict(re.findall(r"coreai\.graph @(\w+)(.*?)(?=coreai\.graph @|\Z)", ir, re.S))
+    assert list(graphs) == ["main", "prefill"]
+    for text in graphs.values():
+        header = text[: text.index(") ->")]
+        handles = dict(re.findall(r'%(arg\d+): !coreai\.handle<[^{]*\{[^}]*coreai\.name = "(\w+)"', header))
+        assert sorted(handles.values()) == ["recState", "shiftState"]
+        for arg in handles:
+            writes = re.findall(rf"^( *)coreai\.write_handle %{arg}\b|^( *)%\S+ = coreai\.write_handle %{arg}\b", text, re.M)
+            assert len(writes) == 1
+            assert len("".join(writes[0])) == 4  # top level of the graph body, not in the loop
+    assert "coreai.while" in graphs["prefill"] and "coreai.while" not in graphs["main"]
 
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):
