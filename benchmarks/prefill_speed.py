@@ -37,6 +37,15 @@ def timed_feed(runner: Runner, tokens: list[int]) -> tuple[float, np.ndarray, di
     return seconds, logits, {n: runner.state(n) for n in runner.state_names}
 
 
+def recurrence_share(runner: Runner, repeats: int) -> dict:
+    """One prefill call with valid_len=1 vs valid_len=T: every batched op runs on T rows
+    either way, so the difference is the in-graph loop's T-1 extra steps."""
+    T = runner.prefill_chunk
+    one = min(timed_feed(runner, [1])[0] for _ in range(repeats))
+    full = min(timed_feed(runner, list(range(1, T + 1)))[0] for _ in range(repeats))
+    return {"call_seconds_valid_len_1": one, "call_seconds_valid_len_T": full, "loop_share": (full - one) / full}
+
+
 def measure(bundle: Path, prompts: list[int], repeats: int, seed: int) -> list[dict]:
     rows = []
     rng = np.random.default_rng(seed)
@@ -68,7 +77,11 @@ def measure(bundle: Path, prompts: list[int], repeats: int, seed: int) -> list[d
             })  # fmt: skip
             print(f"  prompt {length:4}: prefill {length / best_fast:8.1f} tok/s, M=1 loop "
                   f"{length / best_slow:7.1f} tok/s, {best_slow / best_fast:.2f}x, max|Δ| {delta:.2e}", flush=True)  # fmt: skip
-    return rows
+    with Runner(bundle) as fast:
+        share = recurrence_share(fast, repeats + 1)
+    print(f"  one chunk: {share['call_seconds_valid_len_1']:.3f} s at valid_len=1, "
+          f"{share['call_seconds_valid_len_T']:.3f} s at valid_len=T (loop share {share['loop_share']:.0%})", flush=True)  # fmt: skip
+    return rows, share
 
 
 def main() -> None:
@@ -105,7 +118,7 @@ def main() -> None:
             print(f"  export {entry['export_seconds_decode_only']:.1f} s decode-only, "
                   f"{entry['export_seconds_with_prefill']:.1f} s with prefill; asset +{100 * entry['asset_growth']:.3f}%",
                   flush=True)  # fmt: skip
-            entry["runs"] = measure(bundle, args.prompts, args.repeats, args.seed)
+            entry["runs"], entry["recurrence"] = measure(bundle, args.prompts, args.repeats, args.seed)
             shutil.rmtree(lowered_path(Bundle.open(bundle)), ignore_errors=True)  # GBs at 1.5B
             shutil.rmtree(bundle)
             results["models"].append(entry)

@@ -125,3 +125,22 @@ def test_no_prefill_export_is_decode_only(blinkdl_pth, tmp_path, export_fn):
     with Runner(result.path) as runner:
         assert not runner.has_prefill
         assert runner.feed([1, 2, 3]).shape == (runner.vocab_size,) and runner.tokens == [1, 2, 3]
+
+
+def test_all_logits_rows_equal_decode_steps(blinkdl_pth):
+    """`all_logits=True` returns every row's logits: the real rows equal decode, step by step."""
+    from ssmport.architectures.rwkv7 import RWKV7Prefill
+
+    model = load_checkpoint(blinkdl_pth)
+    arch = model.architecture
+    builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
+    with torch.no_grad():
+        dec = arch.build_decode(model.config, model.weights, builder, torch.float32).eval()
+        module = RWKV7Prefill(dec, CHUNK, all_logits=True).eval()
+        tokens = prompt(5, model.config.vocab_size)
+        ids = torch.zeros(1, CHUNK, dtype=torch.int32)
+        ids[0, :5] = torch.tensor(tokens)
+        rows = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([5], dtype=torch.int32))[0]
+        steps = torch.stack([dec(torch.tensor([[t]], dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))[0, 0] for t in tokens])
+    assert rows.shape == (CHUNK, model.config.vocab_size)
+    assert float((rows[:5] - steps).abs().max()) < 1e-4
