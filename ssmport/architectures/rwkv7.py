@@ -544,8 +544,9 @@ class _Layer(nn.Module):
 
         # --- time mix: every projection batched over the T rows ---
         xa = _layer_norm(x, self.ln1_w, self.ln1_b, c.norm_eps)
-        mixed = xa + (_token_shift(xa, shift[0:1]) - xa) * self.mix.view(len(MIX_NAMES), 1, -1)  # [6,T,C]
-        xr, xw, xk, xv, xa_, xg = mixed.unbind(0)
+        mix = self.mix if T == 1 else self.mix.view(len(MIX_NAMES), 1, -1)
+        mixed = xa + (_token_shift(xa, shift[0:1]) - xa) * mix  # [6,C] at T=1 (decode), else [6,T,C]
+        xr, xw, xk, xv, xa_, xg = (m.view(T, -1) for m in mixed.split(1, dim=0))
         r = self.r(xr)
         k = self.k(xk)
         v = self.v(xv)
@@ -562,7 +563,7 @@ class _Layer(nn.Module):
         # The recurrence, in fp32 whatever the state's storage dtype.
         per_token = (r.view(T, H, N), decay.view(T, H, N), kk, (kk * a.view(T, H, N)), k.view(T, H, N), v.view(T, H, Nv))
         if valid_len is None:
-            S, y = _wkv_step(rec.float(), *(t[0] for t in per_token))
+            S, y = _wkv_step(rec.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views, no select
             y = y.view(1, H, Nv)
         else:
             S, y = scan(_wkv_step, rec.float(), per_token, valid_len, (H, Nv))
