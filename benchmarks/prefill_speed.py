@@ -92,6 +92,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", help="write the results JSON here")
+    ap.add_argument("--skip-decode-only-export", action="store_true",
+                    help="do not export the decode-only bundle (no export-time / asset-size comparison)")
     args = ap.parse_args()
 
     results = {
@@ -103,7 +105,8 @@ def main() -> None:
         for model in args.models:
             print(f"{model} (synthetic, fp32, chunk {args.chunk})", flush=True)
             entry: dict = {"model": model}
-            for label, chunk in (("decode_only", None), ("with_prefill", args.chunk)):
+            variants = [("decode_only", None)] * (not args.skip_decode_only_export) + [("with_prefill", args.chunk)]
+            for label, chunk in variants:
                 start = time.perf_counter()
                 res = export(model, tmp, synthetic=True, quant="fp32", gate=False, progress=False,
                              prefill_chunk=chunk, name=f"{model}-{label}")  # fmt: skip
@@ -114,10 +117,11 @@ def main() -> None:
                     shutil.rmtree(res.path)  # only its export time and size are wanted
                 else:
                     bundle = res.path
-            entry["asset_growth"] = entry["asset_bytes_with_prefill"] / entry["asset_bytes_decode_only"] - 1
-            print(f"  export {entry['export_seconds_decode_only']:.1f} s decode-only, "
-                  f"{entry['export_seconds_with_prefill']:.1f} s with prefill; asset +{100 * entry['asset_growth']:.3f}%",
-                  flush=True)  # fmt: skip
+            if "asset_bytes_decode_only" in entry:
+                entry["asset_growth"] = entry["asset_bytes_with_prefill"] / entry["asset_bytes_decode_only"] - 1
+                print(f"  export {entry['export_seconds_decode_only']:.1f} s decode-only, "
+                      f"{entry['export_seconds_with_prefill']:.1f} s with prefill; asset +{100 * entry['asset_growth']:.3f}%",
+                      flush=True)  # fmt: skip
             entry["runs"], entry["recurrence"] = measure(bundle, args.prompts, args.repeats, args.seed)
             shutil.rmtree(lowered_path(Bundle.open(bundle)), ignore_errors=True)  # GBs at 1.5B
             shutil.rmtree(bundle)
