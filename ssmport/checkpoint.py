@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import pickle
 import zipfile
+import zlib
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
@@ -71,6 +72,40 @@ class DictSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._tensors[name].dtype
+
+
+class GeneratedSource(TensorSource):
+    """Deterministic synthetic tensors, each generated on first access from (seed, name).
+
+    `init(name, shape, generator)` makes one tensor; values do not depend on the order of
+    access, and a multi-GB model never has to exist in memory at once.
+    """
+
+    def __init__(
+        self,
+        shapes: Mapping[str, tuple[int, ...]],
+        seed: int,
+        init: Callable[[str, tuple[int, ...], torch.Generator], torch.Tensor],
+    ):
+        self.origin = f"<synthetic seed={seed}>"
+        self._shapes, self._seed, self._init = dict(shapes), seed, init
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        shape = self._shapes[name]
+        g = torch.Generator().manual_seed(self._seed * 1_000_003 + zlib.crc32(name.encode()))
+        return self._init(name, shape, g).float()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._shapes)
+
+    def __len__(self) -> int:
+        return len(self._shapes)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._shapes[name]
+
+    def dtype(self, name: str) -> torch.dtype:
+        return torch.float32
 
 
 class PthSource(DictSource):

@@ -14,7 +14,8 @@ from ssmport.errors import CheckpointError, SsmportError
 DEFAULT_SEED = 0
 # Dimensions a checkpoint must share with the preset it is given for (LoRA ranks are read
 # from the weights, so they may differ).
-_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size")
+_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",  # RWKV-7
+                "num_heads", "head_dim", "num_v_heads", "head_v_dim", "intermediate_size")  # Gated DeltaNet
 
 
 def load_model(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import json
-import re
 
 import numpy as np
 import pytest
 import torch
 
+from ir_checks import graph_texts, writes_per_state
 from rwkv7_files import rwkv_package_logits
 from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
@@ -91,18 +91,12 @@ def test_each_state_written_once_in_ir(blinkdl_pth, quant):
     functions (decode and prefill), outside any loop body."""
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
-    ir = str(convert(model, builder, torch.float32, prefill_chunk=4).program)
-    graphs = dict(re.findall(r"coreai\.graph @(\w+)(.*?)(?=coreai\.graph @|\Z)", ir, re.S))
-    assert list(graphs) == ["main", "prefill"]
-    for text in graphs.values():
-        header = text[: text.index(") ->")]
-        handles = dict(re.findall(r'%(arg\d+): !coreai\.handle<[^{]*\{[^}]*coreai\.name = "(\w+)"', header))
-        assert sorted(handles.values()) == ["recState", "shiftState"]
-        for arg in handles:
-            writes = re.findall(rf"^( *)coreai\.write_handle %{arg}\b|^( *)%\S+ = coreai\.write_handle %{arg}\b", text, re.M)
-            assert len(writes) == 1
-            assert len("".join(writes[0])) == 4  # top level of the graph body, not in the loop
-    assert "coreai.while" in graphs["prefill"] and "coreai.while" not in graphs["main"]
+    program = convert(model, builder, torch.float32, prefill_chunk=4).program
+    assert list(graph_texts(program)) == ["main", "prefill"]
+    for function in ("main", "prefill"):
+        assert writes_per_state(program, function) == {"recState": 1, "shiftState": 1}
+        assert writes_per_state(program, function, top_level_only=True) == {"recState": 1, "shiftState": 1}
+    assert "coreai.while" in graph_texts(program)["prefill"] and "coreai.while" not in graph_texts(program)["main"]
 
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):

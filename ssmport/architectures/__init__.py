@@ -37,9 +37,11 @@ def presets() -> dict[str, Preset]:
 
 
 def _register_builtins() -> None:
+    from ssmport.architectures.gated_deltanet import GATED_DELTANET
     from ssmport.architectures.rwkv7 import RWKV7
 
     register_architecture(RWKV7)
+    register_architecture(GATED_DELTANET)
 
 
 _register_builtins()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import math
 import re
-import zlib
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import Architecture, Preset
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.prefill import last_valid, scan
 from ssmport.quant.plan import WeightBuilder
@@ -360,60 +359,35 @@ def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config
 # --------------------------------------------------------------------------------------
 
 
-class SyntheticWeights(TensorSource):
-    """Deterministic random canonical weights, generated per tensor on first access.
-
-    Each tensor's generator is seeded from (seed, name), so values do not depend on the
-    order of access and a 1.5B model never has to exist in memory at once.
-    Scales follow RWKV-LM's init ranges closely enough for lively, non-degenerate logits.
-    """
-
-    def __init__(self, cfg: RWKV7Config, seed: int):
-        self.origin = f"<synthetic seed={seed}>"
-        self._cfg, self._seed = cfg, seed
-        self._shapes = canonical_shapes(cfg)
-
-    def __getitem__(self, name: str) -> torch.Tensor:
-        shape = self._shapes[name]
-        g = torch.Generator().manual_seed(self._seed * 1_000_003 + zlib.crc32(name.encode()))
-        randn = torch.randn(shape, generator=g)
-        leaf = name.rsplit(".", 1)[-1]
-        fan_in = shape[-1] if name.endswith(".weight") and len(shape) == 2 else shape[0]
-        if name == "emb.weight":
-            return randn
-        if name.endswith(".weight") and len(shape) == 1:  # norm gains
-            return 1.0 + 0.1 * randn
-        if name.endswith(".bias"):
-            return 0.1 * randn
-        if leaf.startswith("x_"):
-            return torch.rand(shape, generator=g)
-        if leaf == "w0":
-            return torch.linspace(-6.0, -0.5, shape[0]) + 0.3 * randn
-        if leaf in ("a0", "v0"):
-            return 0.5 * randn
-        if leaf == "k_k":
-            return 0.7 + 0.1 * randn
-        if leaf == "k_a":
-            return 1.0 + 0.05 * randn
-        if leaf == "r_k":
-            return -0.04 + 0.2 * randn
-        if leaf[:1] in "wavg" and leaf[1:] in ("1", "2"):
-            return randn * (0.5 / math.sqrt(shape[0]))
-        if name == "head.weight":
-            return randn * (2.0 / math.sqrt(fan_in))
-        return randn / math.sqrt(fan_in)  # r/k/v/o and FFN projections
-
-    def __iter__(self):
-        return iter(self._shapes)
-
-    def __len__(self) -> int:
-        return len(self._shapes)
-
-    def shape(self, name: str) -> tuple[int, ...]:
-        return self._shapes[name]
-
-    def dtype(self, name: str) -> torch.dtype:
-        return torch.float32
+def _synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+    """Deterministic random canonical weights (see `GeneratedSource`). Scales follow
+    RWKV-LM's init ranges closely enough for lively, non-degenerate logits."""
+    randn = torch.randn(shape, generator=g)
+    leaf = name.rsplit(".", 1)[-1]
+    fan_in = shape[-1] if name.endswith(".weight") and len(shape) == 2 else shape[0]
+    if name == "emb.weight":
+        return randn
+    if name.endswith(".weight") and len(shape) == 1:  # norm gains
+        return 1.0 + 0.1 * randn
+    if name.endswith(".bias"):
+        return 0.1 * randn
+    if leaf.startswith("x_"):
+        return torch.rand(shape, generator=g)
+    if leaf == "w0":
+        return torch.linspace(-6.0, -0.5, shape[0]) + 0.3 * randn
+    if leaf in ("a0", "v0"):
+        return 0.5 * randn
+    if leaf == "k_k":
+        return 0.7 + 0.1 * randn
+    if leaf == "k_a":
+        return 1.0 + 0.05 * randn
+    if leaf == "r_k":
+        return -0.04 + 0.2 * randn
+    if leaf[:1] in "wavg" and leaf[1:] in ("1", "2"):
+        return randn * (0.5 / math.sqrt(shape[0]))
+    if name == "head.weight":
+        return randn * (2.0 / math.sqrt(fan_in))
+    return randn / math.sqrt(fan_in)  # r/k/v/o and FFN projections
 
 
 # --------------------------------------------------------------------------------------
@@ -727,7 +701,7 @@ class _RWKV7(Architecture):
         return cfg, MappedSource(source, names, canonical)
 
     def synthetic_weights(self, config: RWKV7Config, seed: int) -> TensorSource:
-        return SyntheticWeights(config, seed)
+        return GeneratedSource(canonical_shapes(config), seed, _synthetic_init)
 
     def state_specs(self, config: RWKV7Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config

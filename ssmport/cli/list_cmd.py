@@ -21,9 +21,10 @@ def run(args) -> int:
         return 0
     from ssmport.architectures import architectures
 
+    width = max((len(p.name) for arch in architectures() for p in arch.presets), default=0)
     for arch in architectures():
         print(f"{arch.name}: {arch.description}")
         for p in arch.presets:
             needs = "needs --weights or --synthetic" if p.released else "embedded, synthetic"
-            print(f"  {p.name:14} {p.description}  [{needs}]")
+            print(f"  {p.name:{width}} {p.description}  [{needs}]")
     return 0
