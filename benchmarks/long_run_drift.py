@@ -50,7 +50,7 @@ def decode(bundle: Path, tokens: list[int]) -> tuple[np.ndarray, bool, float]:
     """(logits [T, V], whether the final states are finite, seconds)."""
     with Runner(bundle) as r:
         start = time.perf_counter()
-        logits = r.feed(tokens)
+        logits = r.step_each(tokens)
         seconds = time.perf_counter() - start
         states_finite = all(np.isfinite(r.state(n)).all() for n in r.state_names)
     return logits, states_finite, seconds

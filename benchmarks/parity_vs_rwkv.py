@@ -40,7 +40,7 @@ def main() -> None:
                 name = f"{label.replace(' ', '_')}-{recipe}"
                 result = export(str(source), tmp / "out", quant=recipe, gate=False, progress=False, name=name)
                 with Runner(result.path) as runner:
-                    got = runner.feed(TOKENS)
+                    got = runner.step_each(TOKENS)
                 delta = np.abs(ref - got).max()
                 agree = int((ref.argmax(-1) == got.argmax(-1)).sum())
                 print(f"{label:14} {recipe:13} {delta:9.2e} {delta / np.abs(ref).max():9.2e} {agree}/{len(TOKENS)}")

@@ -49,7 +49,7 @@ def run(model_spec: str, n_tokens: int, backend: str, window: int, seed: int) ->
         for sd in ("fp32", "fp16"):
             r = TorchRunner(model, "fp32", state_dtype=getattr(torch, {"fp32": "float32", "fp16": "float16"}[sd]))
             start = time.perf_counter()
-            logits[sd] = r.feed(tokens)
+            logits[sd] = r.step_each(tokens)
             timing[sd] = time.perf_counter() - start
     else:
         with tempfile.TemporaryDirectory() as tmp:
@@ -57,7 +57,7 @@ def run(model_spec: str, n_tokens: int, backend: str, window: int, seed: int) ->
                 res = export(model, tmp, quant="fp32", state_dtype=sd, gate=False, progress=False, name=f"drift-{sd}")
                 with Runner(res.path) as r:
                     start = time.perf_counter()
-                    logits[sd] = r.feed(tokens)
+                    logits[sd] = r.step_each(tokens)
                     timing[sd] = time.perf_counter() - start
     rows = windows(logits["fp32"], logits["fp16"], window)
     return {"model": model_spec, "synthetic": True, "backend": backend, "tokens": n_tokens,

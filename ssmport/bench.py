@@ -22,7 +22,25 @@ def _ms_per_token(runner, tokens: list[int], warmup: int) -> float:
     return 1000 * (time.perf_counter() - start) / max(1, len(tokens) - warmup)
 
 
-def bench_bundle(bundle: Bundle, steps: int = 32, warmup: int = 4, torch_backend: bool = True, weights=None) -> dict:
+def _prompt_tokens_per_s(runner, length: int, vocab: int) -> float:
+    """Prompt ingestion through `runner.feed` (chunked prefill) from a fresh state."""
+    prompt = np.random.default_rng(1).integers(1, vocab, size=length).tolist()
+    runner.reset()
+    runner.feed(prompt)  # warm-up: the first call of a function pays one-time setup
+    runner.reset()
+    start = time.perf_counter()
+    runner.feed(prompt)
+    return length / (time.perf_counter() - start)
+
+
+def bench_bundle(
+    bundle: Bundle,
+    steps: int = 32,
+    warmup: int = 4,
+    torch_backend: bool = True,
+    weights=None,
+    prompt_tokens: int = 128,
+) -> dict:
     vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
     tokens = np.random.default_rng(0).integers(1, vocab, size=steps + warmup).tolist()
     result: dict = {"bundle": str(bundle.path), "recipe": bundle.manifest["recipe"]["name"], "steps": steps}
@@ -37,6 +55,10 @@ def bench_bundle(bundle: Bundle, steps: int = 32, warmup: int = 4, torch_backend
     result["load_second_s"] = time.perf_counter() - start
     try:
         result["coreai_ms_per_token"] = _ms_per_token(runner, tokens, warmup)
+        result["decode_tokens_per_s"] = 1000 / result["coreai_ms_per_token"]
+        if runner.has_prefill:
+            result["prefill_tokens_per_s"] = _prompt_tokens_per_s(runner, prompt_tokens, vocab)
+            result["prefill_prompt_tokens"] = prompt_tokens
     finally:
         runner.close()
 

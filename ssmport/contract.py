@@ -1,8 +1,9 @@
-"""The decode graph's contract, checked on the converted IR itself.
+"""The graph contract of each function in a bundle, checked on the converted IR itself.
 
 The IR is the ground truth of what ships: the names, order, shapes and dtypes of inputs,
 states and outputs, and, for Apple's GPU delegate, that every state is written exactly once
-per call (`coreai.write_handle` on its handle argument).
+per call (`coreai.write_handle` on its handle argument, at the top level of the graph:
+a write inside a loop or branch body would run any number of times).
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ class GraphSignature:
     inputs: tuple[TensorSig, ...]
     states: tuple[TensorSig, ...]
     outputs: tuple[TensorSig, ...]
-    writes_per_state: dict[str, int]
+    writes_per_state: dict[str, int]  # top-level writes
+    nested_writes: dict[str, int]  # writes inside a loop / branch region (must be 0)
 
 
 def _parse_type(text: str) -> tuple[tuple[int, ...], str]:
@@ -48,15 +50,20 @@ def _names(attr) -> list[str]:
     return [_NAME.search(str(a)).group(1) for a in attr]
 
 
+def _graphs(program) -> dict:
+    ops = (op.operation for op in program._module._mlir_module.body.operations)
+    return {str(o.attributes["sym_name"]).strip('"'): o for o in ops if o.name == "coreai.graph"}
+
+
+def graph_names(program) -> list[str]:
+    """The functions of a converted program, in order."""
+    return list(_graphs(program))
+
+
 def read_signature(program, function: str = "main") -> GraphSignature:
     """Read a converted program's interface by walking its IR (never printing it: the text
     of a multi-GB program costs gigabytes of memory even with constants elided)."""
-    graph = None
-    for op in program._module._mlir_module.body.operations:
-        o = op.operation
-        if o.name == "coreai.graph" and str(o.attributes["sym_name"]).strip('"') == function:
-            graph = o
-            break
+    graph = _graphs(program).get(function)
     if graph is None:
         raise SsmportError(f"graph @{function} not found in the converted program")
     block = graph.regions[0].blocks[0]
@@ -76,22 +83,24 @@ def read_signature(program, function: str = "main") -> GraphSignature:
         if t.startswith("tensor")
     ]
     writes = {name: 0 for _, name in handles}
-    for inner in _walk(block):
+    nested = {name: 0 for _, name in handles}
+    for inner, depth in _walk(block):
         if inner.name == "coreai.write_handle":
             target = inner.operands[0]
             for arg, name in handles:
                 if target == arg:
-                    writes[name] += 1
-    return GraphSignature(function, tuple(inputs), tuple(states), tuple(outputs), writes)
+                    (nested if depth else writes)[name] += 1
+    return GraphSignature(function, tuple(inputs), tuple(states), tuple(outputs), writes, nested)
 
 
-def _walk(block):
+def _walk(block, depth: int = 0):
+    """Every operation under `block`, with how many regions deep it sits."""
     for op in block.operations:
         o = op.operation
-        yield o
+        yield o, depth
         for region in o.regions:
             for inner in region.blocks:
-                yield from _walk(inner)
+                yield from _walk(inner, depth + 1)
 
 
 def check_contract(
@@ -113,5 +122,8 @@ def check_contract(
     bad_writes = {n: c for n, c in sig.writes_per_state.items() if c != 1}
     if bad_writes:
         problems.append(f"each state must be written exactly once per call, got {bad_writes}")
+    looped = {n: c for n, c in sig.nested_writes.items() if c}
+    if looped:
+        problems.append(f"states written inside a loop or branch body: {looped}")
     if problems:
-        raise SsmportError("exported graph breaks the decode contract: " + "; ".join(problems))
+        raise SsmportError(f"exported function @{sig.function} breaks its contract: " + "; ".join(problems))

@@ -33,8 +33,9 @@ from ssmport._quiet import python_stdout_captured
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, FORMAT, FORMAT_VERSION, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
-from ssmport.contract import check_contract, read_signature
+from ssmport.contract import GraphSignature, check_contract, graph_names, read_signature
 from ssmport.errors import SsmportError
+from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder, summarize_plan
@@ -74,9 +75,10 @@ def export(
     gate: bool = True,
     gate_steps: int = EXPORT_GATE_STEPS,
     progress: bool = True,
+    prefill_chunk: int | None = DEFAULT_CHUNK,
 ) -> ExportResult:
     """Export `spec` (preset, checkpoint path, or an already loaded model) as a bundle
-    under directory `out`."""
+    under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill")."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -85,6 +87,8 @@ def export(
         get_recipe(quant)  # fail on a bad name before any loading
     if gate and gate_steps < 1:
         raise SsmportError("--gate-steps must be at least 1 (or pass --no-gate)")
+    if prefill_chunk is not None and prefill_chunk < 1:
+        raise SsmportError("--prefill-chunk must be at least 1 (or pass --no-prefill)")
     with Stages(enabled=progress) as stages:
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
@@ -94,7 +98,9 @@ def export(
         recipe = get_recipe(quant or default_quant(model))
         final = Path(out) / (name or f"{model.name}-{recipe.name}")
         with staged_directory(final, overwrite) as tmp:
-            manifest = _build_bundle(model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages)
+            manifest = _build_bundle(
+                model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk
+            )
             bundle = Bundle(tmp, manifest)
             headline = None
             if gate:
@@ -111,18 +117,25 @@ def export(
 
 
 def _build_bundle(
-    model: LoadedModel, quant: str, state_dtype: torch.dtype, out: Path, name: str, stages: Stages
+    model: LoadedModel,
+    quant: str,
+    state_dtype: torch.dtype,
+    out: Path,
+    name: str,
+    stages: Stages,
+    prefill_chunk: int | None,
 ) -> dict:
     arch, cfg = model.architecture, model.config
     recipe = get_recipe(quant)
     specs = arch.state_specs(cfg, state_dtype)
     builder = WeightBuilder(recipe, arch.keeps_float, on_store=stages.advance)
 
-    program, signature = convert(model, builder, state_dtype, stages)
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk)
+    signature = converted.decode
 
     with stages.stage("Writing asset"):
-        program.save_asset(out / ASSET)
-        del program
+        converted.program.save_asset(out / ASSET)
+        converted.program = None
         _return_freed_memory()
         tokenizer = _write_tokenizer(model, out)
 
@@ -142,6 +155,7 @@ def _build_bundle(
         "inputs": [s.to_json() for s in signature.inputs],
         "outputs": [s.to_json() for s in signature.outputs],
         "states": [s.to_json() | {"layout": spec.layout} for s, spec in zip(signature.states, specs)],
+        "prefill": _prefill_manifest(converted),
         "plan": {"summary": summarize_plan(plan), "tensors": plan},
         "asset": {"path": ASSET, "bytes": dir_bytes(out / ASSET)},
         "tokenizer": tokenizer,
@@ -153,10 +167,28 @@ def _build_bundle(
     return manifest
 
 
-def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype, stages: Stages | None = None):
-    """Build the decode module under `builder`'s recipe and convert it to a Core AI program.
+@dataclass
+class Converted:
+    """A converted program and the signatures read back from its IR (checked)."""
 
-    Returns (program, signature); the signature has been checked against the contract.
+    program: Any
+    decode: GraphSignature
+    prefill: GraphSignature | None  # None: a decode-only program
+    prefill_chunk: int | None
+
+
+def convert(
+    model: LoadedModel,
+    builder: WeightBuilder,
+    state_dtype: torch.dtype,
+    stages: Stages | None = None,
+    prefill_chunk: int | None = DEFAULT_CHUNK,
+) -> Converted:
+    """Build the decode module (and the prefill module, when the architecture has one and
+    `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
+    function "main" and function "prefill", sharing the weights.
+
+    Both functions' signatures are read from the IR and checked against the contract.
     """
     stages = stages or Stages(enabled=False)
     arch, cfg = model.architecture, model.config
@@ -165,37 +197,70 @@ def convert(model: LoadedModel, builder: WeightBuilder, state_dtype: torch.dtype
     with stages.stage("Building weights", total=total):
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
+            prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
     _check_buffers(module, specs)
+    if prefill is not None:
+        prefill.eval()
+        _check_buffers(prefill, specs)
     _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
-        import coreai_torch
-
         example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)  # torch-internal pytree deprecations
-            ep = torch.export.export(module, example)
-            ep = ep.run_decompositions(coreai_torch.get_decomp_table())
+        ep = _export_program(module, example)
+        ep_prefill = None if prefill is None else _export_program(prefill, example_inputs(prefill_chunk))
 
     with stages.stage("Converting to Core AI"):
         from coreai_torch import TorchConverter
 
+        state_names = [s.name for s in specs]
         with python_stdout_captured():
-            program = (
-                TorchConverter(mode=TorchConverter.Mode.RELEASE)
-                .add_exported_program(
-                    ep,
-                    input_names=list(INPUT_NAMES),
-                    output_names=list(OUTPUT_NAMES),
-                    state_names=[s.name for s in specs],
-                )
-                .to_coreai()
+            converter = TorchConverter(mode=TorchConverter.Mode.RELEASE).add_exported_program(
+                ep, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES), state_names=state_names
             )
-        del ep, module
+            if ep_prefill is not None:
+                converter = converter.add_exported_program(
+                    ep_prefill,
+                    input_names=list(PREFILL_INPUT_NAMES),
+                    output_names=list(OUTPUT_NAMES),
+                    state_names=state_names,
+                    entrypoint_name=PREFILL_FUNCTION,
+                )
+            program = converter.to_coreai()
+        del ep, ep_prefill, module, prefill, converter
         _return_freed_memory()
         signature = read_signature(program)
         check_contract(signature, INPUT_NAMES, OUTPUT_NAMES, specs)
-    return program, signature
+        prefill_sig = None
+        if PREFILL_FUNCTION in graph_names(program):
+            prefill_sig = read_signature(program, PREFILL_FUNCTION)
+            check_contract(prefill_sig, PREFILL_INPUT_NAMES, OUTPUT_NAMES, specs)
+    return Converted(program, signature, prefill_sig, prefill_chunk if prefill_sig else None)
+
+
+def _export_program(module: torch.nn.Module, example: tuple[torch.Tensor, ...]):
+    import coreai_torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)  # torch-internal pytree deprecations
+        ep = torch.export.export(module, example)
+        return ep.run_decompositions(coreai_torch.get_decomp_table())
+
+
+def _prefill_manifest(converted: Converted) -> dict | None:
+    """The prefill function's entry (same states as "main"), or None for decode-only bundles.
+
+    Additive to format 1: readers that predate prefill ignore the key and use "main".
+    """
+    sig = converted.prefill
+    if sig is None:
+        return None
+    return {
+        "function": sig.function,
+        "chunk": converted.prefill_chunk,
+        "padding": "valid_len",  # tokens at t >= valid_len are padding; logits of token valid_len-1
+        "inputs": [s.to_json() for s in sig.inputs],
+        "outputs": [s.to_json() for s in sig.outputs],
+    }
 
 
 def _check_buffers(module: torch.nn.Module, specs) -> None:

@@ -5,6 +5,11 @@ torch reference and through the candidate (the exported graph on the Core AI run
 step we compare top-1 and |Δlogits|. Teacher forcing matters: a free-running comparison
 forks its whole tail at the first near-tie and reports false mismatches.
 
+When the candidate has a chunked prefill function (`has_prefill`), the first half of each
+stream goes in through it, as a prompt would: one record compares the logits after that
+prompt, then the rest is teacher-forced one token at a time through the decode function,
+from the state prefill left. That tests both functions and the hand-over between them.
+
 A top-1 disagreement is excused only where the reference's own top-2 margin is below the
 recipe's `tie_rel_margin` times that step's logit scale (the model itself barely prefers one
 token); excused steps are counted separately and shown.
@@ -31,6 +36,8 @@ class Steppable(Protocol):
 
     def step(self, token: int) -> np.ndarray: ...
 
+    def feed(self, tokens: list[int]) -> np.ndarray: ...  # logits after the last token
+
 
 @dataclass
 class StepRecord:
@@ -42,6 +49,7 @@ class StepRecord:
     ref_margin: float
     max_abs_delta: float
     status: str  # "agree" | "tie" (excused near-tie) | "mismatch"
+    via: str = "main"  # "prefill": the logits after tokens [0, step] fed as one prompt
 
 
 @dataclass
@@ -127,24 +135,35 @@ def run_gate(
 ) -> GateReport:
     report = GateReport(recipe, asdict(thresholds), [list(p) for p in prompts], synthetic=synthetic)
     scale = 1.0
+
+    def compare(p: int, t: int, token: int, ref: np.ndarray, got: np.ndarray, via: str) -> None:
+        nonlocal scale
+        ref, got = ref.astype(np.float64), got.astype(np.float64)
+        step_scale = max(1.0, float(np.abs(ref).max()))
+        scale = max(scale, step_scale)
+        ref_top, got_top = int(np.argmax(ref)), int(np.argmax(got))
+        margin = top2_margin(ref)
+        if ref_top == got_top:
+            status = "agree"
+        elif margin < thresholds.tie_rel_margin * step_scale:
+            status = "tie"
+        else:
+            status = "mismatch"
+        delta = float(np.abs(ref - got).max())
+        report.steps.append(StepRecord(p, t, int(token), ref_top, got_top, margin, delta, status, via))
+
     for p, tokens in enumerate(prompts):
         candidate.reset()
         reference.reset()
-        for t, token in enumerate(tokens):
-            ref = reference.step(token).astype(np.float64)
-            got = candidate.step(token).astype(np.float64)
-            step_scale = max(1.0, float(np.abs(ref).max()))
-            scale = max(scale, step_scale)
-            ref_top, got_top = int(np.argmax(ref)), int(np.argmax(got))
-            margin = top2_margin(ref)
-            if ref_top == got_top:
-                status = "agree"
-            elif margin < thresholds.tie_rel_margin * step_scale:
-                status = "tie"
-            else:
-                status = "mismatch"
-            delta = float(np.abs(ref - got).max())
-            report.steps.append(StepRecord(p, t, int(token), ref_top, got_top, margin, delta, status))
+        start = len(tokens) // 2 if getattr(candidate, "has_prefill", False) else 0
+        if start:
+            prompt = list(tokens[:start])
+            compare(p, start - 1, prompt[-1], reference.feed(prompt), candidate.feed(prompt), "prefill")
+            for _ in prompt:
+                if on_step:
+                    on_step()
+        for t in range(start, len(tokens)):
+            compare(p, t, tokens[t], reference.step(tokens[t]), candidate.step(tokens[t]), "main")
             if on_step:
                 on_step()
     report.logit_scale = scale

@@ -5,6 +5,8 @@
 - Binds states by name, allocated zero-filled from the function descriptor with the dtype
   the graph declares, and checks them against the manifest.
 - Keeps the exact list of tokens fed since the last reset.
+- Feeds prompts through the bundle's `prefill` function, T tokens per call, when it has
+  one (see ssmport/prefill.py), and decodes through `main`.
 """
 
 from __future__ import annotations
@@ -99,9 +101,13 @@ def _close_live_runners() -> None:
 
 
 class Runner:
-    """Step an exported decode function one token at a time."""
+    """Run an exported bundle: prompts through `prefill` (when the bundle has it), then
+    one token at a time through the decode function `main`.
 
-    def __init__(self, bundle: Bundle | str | Path, function: str = "main"):
+    `prefill=False` forces the M=1 path for prompts too (tests and benchmarks compare both).
+    """
+
+    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True):
         from coreai.runtime import AIModel
 
         self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
@@ -110,20 +116,31 @@ class Runner:
         self._loop = CoreAILoop()
         _LIVE.add(self)
         lowered, self.lowered_now = ensure_lowered(self.bundle)
+        prefill_entry = m.get("prefill") if prefill else None  # absent in bundles made before prefill
         with native_stderr_filtered(), interrupts_held():
             self._model = self._loop.run_until_complete(AIModel.load(lowered))
             self._fn = self._model.load_function(function)
-        self._check_descriptor()
+            self._prefill = self._model.load_function(prefill_entry["function"]) if prefill_entry else None
+        self.prefill_chunk: int | None = int(prefill_entry["chunk"]) if prefill_entry else None
+        self._check_descriptor(self._fn, function, m)
+        if prefill_entry:
+            self._check_descriptor(self._prefill, prefill_entry["function"], prefill_entry | {"states": m["states"]})
         self.tokens: list[int] = []
         self._states: dict[str, np.ndarray] = {}
         self.reset()
 
-    def _check_descriptor(self) -> None:
-        d, m = self._fn.desc, self.bundle.manifest
+    @property
+    def has_prefill(self) -> bool:
+        """Whether prompts go through the bundle's chunked `prefill` function."""
+        return self._prefill is not None
+
+    def _check_descriptor(self, fn, name: str, entry: dict) -> None:
+        """The function's interface as the runtime reports it must be the manifest's."""
+        d = fn.desc
         expect = {
-            "inputs": [(s["name"], s["shape"], s["dtype"]) for s in m["inputs"]],
-            "outputs": [(s["name"], s["shape"], s["dtype"]) for s in m["outputs"]],
-            "states": [(s["name"], s["shape"], s["dtype"]) for s in m["states"]],
+            "inputs": [(s["name"], s["shape"], s["dtype"]) for s in entry["inputs"]],
+            "outputs": [(s["name"], s["shape"], s["dtype"]) for s in entry["outputs"]],
+            "states": [(s["name"], s["shape"], s["dtype"]) for s in entry["states"]],
         }
         got = {
             "inputs": [(n, list(d.input_descriptor(n).shape), d.input_descriptor(n).dtype) for n in d.input_names],
@@ -133,7 +150,8 @@ class Runner:
         for kind in expect:
             if expect[kind] != got[kind]:
                 raise BundleError(
-                    f"{self.bundle.path}: the asset's {kind} {got[kind]} do not match the manifest {expect[kind]}"
+                    f"{self.bundle.path}: the asset's @{name} {kind} "
+                    f"{got[kind]} do not match the manifest {expect[kind]}"
                 )
 
     @property
@@ -172,12 +190,16 @@ class Runner:
         self._bound = {name: NDArray(np.ascontiguousarray(snap.states[name])) for name in self.state_names}
         self.tokens = list(snap.tokens)
 
+    def _check_ids(self, tokens: list[int]) -> None:
+        bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise SsmportError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+
     def step(self, token: int) -> np.ndarray:
-        """Feed one token; return the logits after it as float32 [V]."""
+        """Feed one token through `main`; return the logits after it as float32 [V]."""
         from coreai.runtime import NDArray
 
-        if not 0 <= int(token) < self.vocab_size:
-            raise SsmportError(f"token id {token} is outside the vocabulary [0, {self.vocab_size})")
+        self._check_ids([token])
         inputs = {
             "input_ids": NDArray(np.array([[token]], dtype=np.int32)),
             "position_ids": NDArray(np.array([[len(self.tokens)]], dtype=np.int32)),
@@ -187,10 +209,43 @@ class Runner:
             self.tokens.append(int(token))
         return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
 
-    def feed(self, tokens: list[int]) -> np.ndarray:
-        """Feed tokens one by one; return the logits after each, float32 [T, V]."""
+    def step_each(self, tokens: list[int]) -> np.ndarray:
+        """Feed tokens one by one through `main`; return the logits after each, float32 [T, V]."""
         rows = [self.step(t) for t in tokens]
         return np.stack(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        """Feed a prompt; return the logits after its last token, float32 [V].
+
+        Through `prefill`, `prefill_chunk` tokens per call (the last chunk padded), when the
+        bundle has it and it was not turned off; otherwise one token at a time.
+        """
+        if not tokens:
+            raise SsmportError("feed needs at least one token")
+        self._check_ids(tokens)
+        if not self.has_prefill:
+            return self.step_each(tokens)[-1]
+        T = self.prefill_chunk
+        for start in range(0, len(tokens), T):
+            logits = self._prefill_call([int(t) for t in tokens[start : start + T]])
+        return logits
+
+    def _prefill_call(self, chunk: list[int]) -> np.ndarray:
+        from coreai.runtime import NDArray
+
+        T, n = self.prefill_chunk, len(chunk)
+        ids = np.zeros((1, T), dtype=np.int32)  # padding past valid_len never reaches a state
+        ids[0, :n] = chunk
+        first = len(self.tokens)
+        inputs = {
+            "input_ids": NDArray(ids),
+            "position_ids": NDArray(np.arange(first, first + T, dtype=np.int32).reshape(1, T)),
+            "valid_len": NDArray(np.array([n], dtype=np.int32)),
+        }
+        with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
+            out = self._loop.run_until_complete(self._prefill(inputs=inputs, state=self._bound))
+            self.tokens.extend(chunk)
+        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
 
     def generate(
         self,
@@ -205,7 +260,7 @@ class Runner:
         if not prompt:
             raise SsmportError("generation needs at least one prompt token")
         rng = np.random.default_rng(seed)
-        logits = self.feed(prompt)[-1]
+        logits = self.feed(prompt)
         for _ in range(max_tokens):
             token = sample_next(logits, temperature, top_p, rng)
             yield token
@@ -215,7 +270,7 @@ class Runner:
 
     def close(self) -> None:
         """Release the runtime objects now, in a fixed order, not at interpreter exit."""
-        for attr in ("_bound", "_fn", "_model"):
+        for attr in ("_bound", "_prefill", "_fn", "_model"):
             if hasattr(self, attr):
                 delattr(self, attr)
         gc.collect()

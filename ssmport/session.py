@@ -296,7 +296,7 @@ class ChatSession:
                 self.runner.reset()
         start = len(self.runner.tokens)
         self.last.reused_tokens, self.last.fed_tokens = start, len(prompt) - start
-        return self.runner.feed(prompt[start:])[-1]
+        return self.runner.feed(prompt[start:])
 
     def _end_at_stop(self, reply: _Reply, visible: bytes, shown) -> Iterator[str]:
         """The reply ends where a stop string begins: roll back what was fed past that
@@ -306,7 +306,8 @@ class ChatSession:
         kept = self.tokenizer.decode(reply.tokens)
         tail = visible[len(kept) :]
         tail_ids = self.tokenizer.encode(tail) if tail else []
-        self.runner.feed(tail_ids)
+        if tail_ids:
+            self.runner.feed(tail_ids)
         reply.pending, reply.rollback = [], None
         yield from self._show(reply, tail_ids, shown)
 

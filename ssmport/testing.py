@@ -34,7 +34,6 @@ Each check is reported with a clear message; `ContractReport.assert_ok()` (or
 
 from __future__ import annotations
 
-import inspect
 import json
 import re
 import shutil
@@ -329,7 +328,7 @@ def _check_ir(arch: Architecture, model: LoadedModel, state_dtype: torch.dtype):
     from ssmport.quant.plan import WeightBuilder
 
     builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
-    converted = convert(model, builder, state_dtype, **_decode_only(convert))  # checks the contract
+    converted = convert(model, builder, state_dtype, prefill_chunk=None)  # checks the contract
     sig = converted.decode if hasattr(converted, "decode") else converted[1]
     writes = ", ".join(f"{n} x{c}" for n, c in sig.writes_per_state.items())
     return f"writes {writes}", None
@@ -338,7 +337,7 @@ def _check_ir(arch: Architecture, model: LoadedModel, state_dtype: torch.dtype):
 def _export(model: LoadedModel, out: Path):
     from ssmport.exporter import export
 
-    result = export(model, out, quant="fp32", gate_steps=8, progress=False, overwrite=True, **_decode_only(export))
+    result = export(model, out, quant="fp32", gate_steps=8, progress=False, overwrite=True, prefill_chunk=None)
     gate = result.manifest["gate"]
     _require(gate["passed"], f"the export's gate failed: {result.gate_headline}")
     return result.gate_headline, result.path
@@ -438,12 +437,6 @@ def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], ou
 # --------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------
-
-
-def _decode_only(fn) -> dict:
-    """Keyword arguments that keep `fn` (export / convert) to the decode function, where it
-    can build a prefill too: the prefill check converts that once, on its own."""
-    return {"prefill_chunk": None} if "prefill_chunk" in inspect.signature(fn).parameters else {}
 
 
 def reference_logits(arch: Architecture, model: LoadedModel, tokens: list[int]) -> np.ndarray:

@@ -41,9 +41,16 @@ class TorchRunner:
         self.tokens.append(int(token))
         return logits.float().reshape(-1).numpy().copy()
 
-    def feed(self, tokens: list[int]) -> np.ndarray:
+    def step_each(self, tokens: list[int]) -> np.ndarray:
+        """The logits after each token, float32 [T, V]."""
         rows = [self.step(t) for t in tokens]
         return np.stack(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        """The logits after the last token, float32 [V] (always the M=1 loop: the reference)."""
+        if not tokens:
+            raise SsmportError("feed needs at least one token")
+        return self.step_each(tokens)[-1]
 
     def close(self) -> None:
         del self.module

@@ -58,10 +58,11 @@ def test_generate_ids_inspect_list(pth_fp32_bundle, capsys):
 def test_gate_command(scratch_bundle, tmp_path, capsys):
     ids = tmp_path / "ids.txt"
     ids.write_text(" ".join(map(str, TOKENS)))
+    # the bundle has prefill: 4 tokens as one prompt (one record), then 4 decode steps
     code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--tokens-file", ids)
-    assert code == 0 and out.startswith("PASS fp32: top-1 8/8")
+    assert code == 0 and out.startswith("PASS fp32: top-1 5/5")
     code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--prompts", 2, "--steps", 5, "--json")
-    assert code == 0 and '"steps": 10' in out
+    assert code == 0 and '"steps": 8' in out  # per stream: 2-token prompt + 3 steps
 
 
 def test_gate_fails_with_exit_1_when_source_differs(scratch_bundle, blinkdl_bf16_pth, capsys):

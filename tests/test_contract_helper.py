@@ -125,7 +125,6 @@ def _toy_with_prefill(respect_valid_len: bool):
 
 
 def test_prefill_check_passes_a_sound_prefill_and_catches_padding_leaks(tmp_path):
-    pytest.importorskip("ssmport.prefill", reason="the prefill API is not in this tree")
     good = check_architecture(make_toy("toy_pf", _toy_with_prefill(True)), TINY, tmp_path / "a", only=["prefill"])
     assert good.get("prefill").passed, str(good)
     bad = check_architecture(make_toy("toy_pfx", _toy_with_prefill(False)), TINY, tmp_path / "b", only=["prefill"])

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from ir_checks import writes_per_state
+from ir_checks import graph_texts, writes_per_state
 from rwkv7_files import rwkv_package_logits
 from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
@@ -23,7 +23,7 @@ TOKENS = [1, 45, 45, 300, 7, 0, 19, 222, 5, 5, 5, 128, 64, 2, 319, 11]
 
 def coreai_logits(bundle_path, tokens) -> np.ndarray:
     with Runner(bundle_path) as runner:
-        return runner.feed(tokens)
+        return runner.step_each(tokens)
 
 
 def rel_err(ref, got) -> float:
@@ -59,9 +59,10 @@ def test_fla_sharded_folder_bundle_matches_package(fla_folder, blinkdl_pth, bund
 
 def test_export_gate_recorded(pth_fp32_bundle):
     m = pth_fp32_bundle.manifest
-    assert m["gate"]["passed"] and m["gate"]["steps"] == 6
+    # 6 tokens: the first 3 as one prompt through prefill (one record), then 3 decode steps
+    assert m["gate"]["passed"] and m["gate"]["steps"] == 4
     transcript = json.loads((pth_fp32_bundle.path / "gate.json").read_text())
-    assert len(transcript["steps"]) == 6
+    assert [(s["step"], s["via"]) for s in transcript["steps"]] == [(2, "prefill"), (3, "main"), (4, "main"), (5, "main")]
     assert transcript["summary"]["max_rel_logit_delta"] < 1e-4
 
 
@@ -86,11 +87,16 @@ def test_contract_names_order_shapes_dtypes(pth_fp32_bundle, dims):
 
 @pytest.mark.parametrize("quant", ["fp32", "fp16"])
 def test_each_state_written_once_in_ir(blinkdl_pth, quant):
-    """Apple's GPU delegate keeps one write per state handle: count them in the IR."""
+    """Apple's GPU delegate keeps one write per state handle: count them in the IR of both
+    functions (decode and prefill), outside any loop body."""
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
-    program, _ = convert(model, builder, torch.float32)
-    assert writes_per_state(program) == {"recState": 1, "shiftState": 1}
+    program = convert(model, builder, torch.float32, prefill_chunk=4).program
+    assert list(graph_texts(program)) == ["main", "prefill"]
+    for function in ("main", "prefill"):
+        assert writes_per_state(program, function) == {"recState": 1, "shiftState": 1}
+        assert writes_per_state(program, function, top_level_only=True) == {"recState": 1, "shiftState": 1}
+    assert "coreai.while" in graph_texts(program)["prefill"] and "coreai.while" not in graph_texts(program)["main"]
 
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):

@@ -34,7 +34,7 @@ def gdn_bundle(gdn_folder, tmp_path_factory):
 
 def test_fp32_bundle_matches_transformers_reference(gdn_bundle, gdn_folder):
     with Runner(gdn_bundle.path) as runner:
-        ours = runner.feed(TOKENS)
+        ours = runner.step_each(TOKENS)
     theirs = transformers_reference_logits(gdn_folder, TOKENS).numpy()
     assert ours.dtype == np.float32 and ours.shape == (len(TOKENS), DIMS.vocab)
     assert np.abs(theirs - ours).max() < 2e-3
@@ -64,7 +64,7 @@ def test_contract_names_order_shapes(gdn_bundle):
 
 def test_each_state_written_once_in_ir(gdn_folder):
     model = load_checkpoint(gdn_folder)
-    program, _ = convert(model, WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float), torch.float32)
+    program = convert(model, WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float), torch.float32).program
     assert writes_per_state(program) == {"convState": 1, "recState": 1}
 
 

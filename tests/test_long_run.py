@@ -25,7 +25,7 @@ def test_long_decode_has_no_nan_or_inf(recipe, blinkdl_pth, pth_fp32_bundle, pth
     bundle = {"fp32": pth_fp32_bundle, "fp16": pth_fp16_bundle}.get(recipe)
     path = bundle.path if bundle else export_fn(blinkdl_pth, tmp_path, quant=recipe, gate=False).path
     with Runner(path) as runner:
-        logits = runner.feed(_stream(LENGTHS[recipe]))
+        logits = runner.step_each(_stream(LENGTHS[recipe]))
         assert np.isfinite(logits).all()
         assert all(np.isfinite(runner.state(n)).all() for n in runner.state_names)
         assert len(runner.tokens) == LENGTHS[recipe]

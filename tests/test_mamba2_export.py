@@ -54,7 +54,7 @@ def fp32_bundle(folder, tmp_path_factory, export_fn):
 
 def coreai_logits(path, tokens):
     with Runner(path) as runner:
-        return runner.feed(tokens)
+        return runner.step_each(tokens)
 
 
 def test_fp32_bundle_matches_transformers(fp32_bundle, folder):

@@ -54,7 +54,7 @@ def test_reference_matches_transformers(tmp_path, geometry, tied, extra):
 def test_decode_module_matches_reference_and_transformers_cache(groups2):
     model = load_checkpoint(groups2)
     runner = TorchRunner(model, "fp32")
-    ours = torch.from_numpy(runner.feed(TOKENS))
+    ours = torch.from_numpy(runner.step_each(TOKENS))
     assert (ours - reference_logits(groups2, TOKENS)).abs().max() < 1e-5
     theirs, cache = transformers_step_logits(groups2, TOKENS)
     assert (ours - theirs).abs().max() < 2e-5 * max(1.0, theirs.abs().max())
@@ -66,8 +66,8 @@ def test_decode_module_matches_reference_and_transformers_cache(groups2):
 
 def test_fp16_recipe_in_torch_is_close_but_not_exact(groups2):
     model = load_checkpoint(groups2)
-    ref = torch.from_numpy(TorchRunner(model, "fp32").feed(TOKENS))
-    half = torch.from_numpy(TorchRunner(model, "fp16").feed(TOKENS))
+    ref = torch.from_numpy(TorchRunner(model, "fp32").step_each(TOKENS))
+    half = torch.from_numpy(TorchRunner(model, "fp16").step_each(TOKENS))
     rel = ((half - ref).abs().max() / ref.abs().max()).item()
     assert 1e-6 < rel < get_recipe("fp16").gate.max_rel_logit_delta
 

@@ -72,13 +72,38 @@ def test_contract_rejects_double_writes_and_wrong_order():
         (TensorSig("recState", (2, 1, 4), "float32"),),
         (TensorSig("logits", (1, 1, 8), "float32"),),
         {"recState": 1},
+        {"recState": 0},
     )
     names = (("input_ids", "position_ids"), ("logits",))
     check_contract(sig, *names, specs)
-    twice = GraphSignature(sig.function, sig.inputs, sig.states, sig.outputs, {"recState": 2})
+    twice = GraphSignature(sig.function, sig.inputs, sig.states, sig.outputs, {"recState": 2}, {"recState": 0})
     with pytest.raises(SsmportError, match="exactly once"):
         check_contract(twice, *names, specs)
+    in_loop = GraphSignature(sig.function, sig.inputs, sig.states, sig.outputs, {"recState": 1}, {"recState": 1})
+    with pytest.raises(SsmportError, match="inside a loop"):
+        check_contract(in_loop, *names, specs)
     with pytest.raises(SsmportError, match="inputs"):
         check_contract(sig, ("position_ids", "input_ids"), ("logits",), specs)
     with pytest.raises(SsmportError, match="states"):
         check_contract(sig, *names, [StateSpec("recState", (2, 1, 4), torch.float16, "x")])
+
+
+class ScriptedPrefill(Scripted):
+    """A candidate with a prefill function: feed() returns the row after its last token."""
+
+    has_prefill = True
+
+    def feed(self, tokens):
+        self.i += len(tokens)
+        return self.rows[self.i - 1]
+
+
+def test_prefill_candidate_gets_half_the_stream_as_one_prompt():
+    rows = [[0, 5, 1], [3, 0, 0], [0, 0, 4], [1, 2, 0]]
+    ref = Scripted(rows)
+    ref.feed = ScriptedPrefill.feed.__get__(ref)
+    bad = [list(r) for r in rows]
+    bad[1] = [0, 9, 0]  # wrong after the prompt [t0, t1]
+    r = run_gate(ScriptedPrefill(bad), ref, [[1, 2, 3, 4]], "test", T)
+    assert [(s.step, s.via) for s in r.steps] == [(1, "prefill"), (2, "main"), (3, "main")]
+    assert r.steps[0].status == "mismatch" and not r.passed

@@ -185,6 +185,19 @@ class Architecture(ABC):
         keeps one write per state); give the head `out_dtype=builder.recipe.logits_dtype`.
         """
 
+    def build_prefill(self, config: ArchConfig, decode: nn.Module, chunk: int) -> nn.Module | None:
+        """The export-form chunked prefill module, or None (the bundle is then decode-only).
+
+        `forward(input_ids int32 [1,T], position_ids int32 [1,T], valid_len int32 [1])
+        -> logits [1,1,V]` for T = `chunk`: the logits of token valid_len-1; tokens at
+        t >= valid_len are padding and must leave every state untouched. It must reuse
+        `decode`'s parameters (the same tensor objects: the two functions then share one
+        copy of the weights in the asset), register the same `state_specs` and write each
+        once. `ssmport.prefill` has the shared pieces (`scan`, `last_valid`);
+        RWKV7Prefill is the worked example.
+        """
+        return None
+
     @abstractmethod
     def reference(self, config: ArchConfig, weights: TensorSource) -> ReferenceModel:
         """The plain fp32 reference loop, written for reading: the spec `build_decode` is

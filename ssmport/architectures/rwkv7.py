@@ -29,6 +29,7 @@ from torch import nn
 from ssmport.architectures.base import Architecture, Preset
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
+from ssmport.prefill import last_valid, scan
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, register_states, write_once
 
@@ -504,22 +505,29 @@ class _Layer(nn.Module):
         self.ffn_mix = vec(f + "x_k")
         self.ffn_key, self.ffn_value = mm(f + "key.weight"), mm(f + "value.weight")
 
-    def forward(self, x, rec, shift, v_first):
-        """x [1,C] fp32; rec [H,N,Nv] (state dtype); shift [2,C]. Returns new slices."""
+    def forward(self, x, rec, shift, v_first, valid_len=None):
+        """One layer over T tokens.
+
+        x [T,C] fp32; rec [H,N,Nv] (state dtype); shift [2,C]. Decode passes T=1 and
+        valid_len None; prefill passes a chunk and valid_len int32 [1] (rows >= valid_len are
+        padding: computed, never stored). Returns (x, new rec, new shift [2,C], v_first).
+        """
         c = self.cfg
         H, N, Nv = c.num_heads, c.head_size, c.v_head
+        T = x.shape[0]
 
-        # --- time mix ---
+        # --- time mix: every projection batched over the T rows ---
         xa = _layer_norm(x, self.ln1_w, self.ln1_b, c.norm_eps)
-        mixed = xa + (shift[0:1].float() - xa) * self.mix  # [6, C]
-        xr, xw, xk, xv, xa_, xg = mixed.split(1, dim=0)
+        mix = self.mix if T == 1 else self.mix.view(len(MIX_NAMES), 1, -1)
+        mixed = xa + (_token_shift(xa, shift[0:1]) - xa) * mix  # [6,C] at T=1 (decode), else [6,T,C]
+        xr, xw, xk, xv, xa_, xg = (m.view(T, -1) for m in mixed.split(1, dim=0))
         r = self.r(xr)
         k = self.k(xk)
         v = self.v(xv)
         decay = torch.exp(-DECAY_SCALE * torch.sigmoid(self.w0 + self.w2(torch.tanh(self.w1(xw)))))
         a = torch.sigmoid(self.a0 + self.a2(self.a1(xa_)))
         g = self.g2(torch.sigmoid(self.g1(xg)))
-        kk = F.normalize((k * self.k_k).view(H, N), dim=-1)
+        kk = F.normalize((k * self.k_k).view(T, H, N), dim=-1)
         k = k * (1 + (a - 1) * self.k_a)
         if self.index == 0:
             v_first = v
@@ -527,29 +535,79 @@ class _Layer(nn.Module):
             v = v + (v_first - v) * torch.sigmoid(self.v0 + self.v2(self.v1(xv)))
 
         # The recurrence, in fp32 whatever the state's storage dtype.
-        S = rec.float()
-        kk_S = kk.view(H, 1, N) @ S  # [H,1,Nv]
-        S = S * decay.view(H, N, 1) - (kk * a.view(H, N)).view(H, N, 1) * kk_S + k.view(H, N, 1) * v.view(H, 1, Nv)
-        y = (r.view(H, 1, N) @ S).view(H, Nv)
+        per_token = (r.view(T, H, N), decay.view(T, H, N), kk, (kk * a.view(T, H, N)), k.view(T, H, N), v.view(T, H, Nv))
+        if valid_len is None:
+            S, y = _wkv_step(rec.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views, no select
+            y = y.view(1, H, Nv)
+        else:
+            S, y = scan(_wkv_step, rec.float(), per_token, valid_len, (H, Nv))
 
         mean = y.mean(dim=-1, keepdim=True)
         var = ((y - mean) ** 2).mean(dim=-1, keepdim=True)
         y = (y - mean) * torch.rsqrt(var + c.ln_x_eps)
-        y = y.reshape(1, H * Nv) * self.lnx_w + self.lnx_b
-        bonus = (r * k * self.r_k.view(1, H * N)).view(H, N).sum(dim=-1, keepdim=True)
-        y = y + (bonus * v.view(H, Nv)).view(1, H * Nv)
+        y = y.reshape(T, H * Nv) * self.lnx_w + self.lnx_b
+        bonus = (r * k * self.r_k.view(1, H * N)).view(T, H, N).sum(dim=-1, keepdim=True)
+        y = y + (bonus * v.view(T, H, Nv)).view(T, H * Nv)
         x = x + self.o(y * g)
 
         # --- channel mix ---
         xf = _layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
-        kf = xf + (shift[1:2].float() - xf) * self.ffn_mix
+        kf = xf + (_token_shift(xf, shift[1:2]) - xf) * self.ffn_mix
         x = x + self.ffn_value(torch.relu(self.ffn_key(kf)) ** 2)
 
+        if valid_len is not None:  # the shift state is the last real token's
+            xa, xf = last_valid(xa, valid_len), last_valid(xf, valid_len)
         new_shift = torch.cat([xa, xf], dim=0)  # [2, C]
         return x, S, new_shift, v_first
 
 
-class RWKV7Decode(nn.Module):
+def _token_shift(rows: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """Each row's predecessor: [previous; rows[:-1]] for rows [T,C], previous [1,C]."""
+    prev = previous.float()
+    return prev if rows.shape[0] == 1 else torch.cat([prev, rows[:-1]], dim=0)
+
+
+def _wkv_step(S, r, decay, kk, kka, k, v):
+    """One WKV-7 step for all heads: S [H,N,Nv] fp32; r/decay/kk/kka/k [H,N]; v [H,Nv].
+
+    S' = diag(decay) S - (kk*a) (kk^T S) + k v^T;  y = r^T S'.  Returns (S', y [H,Nv]).
+    """
+    H, N, Nv = S.shape
+    kk_S = kk.view(H, 1, N) @ S  # [H,1,Nv]
+    S = S * decay.view(H, N, 1) - kka.view(H, N, 1) * kk_S + k.view(H, N, 1) * v.view(H, 1, Nv)
+    return S, (r.view(H, 1, N) @ S).view(H, Nv)
+
+
+class _RWKV7Stack(nn.Module):
+    """What decode and prefill share: embedding, layers, head, and the state writes.
+
+    Subclasses set emb, layers, ln_out_w, ln_out_b, head and register the two states.
+    """
+
+    cfg: RWKV7Config
+
+    def run_layers(self, ids: torch.Tensor, valid_len: torch.Tensor | None) -> torch.Tensor:
+        """Embed `ids` [T], run every layer, write both states once; return x [T, C]."""
+        x = F.embedding(ids, self.emb).float()  # [T, C]
+        rec: list[torch.Tensor] = []
+        shift: list[torch.Tensor] = []
+        v_first = x  # placeholder; layer 0 replaces it with its v
+        for i, layer in enumerate(self.layers):
+            x, s, sh, v_first = layer(
+                x, read_layer(self.recState, i)[0], read_layer(self.shiftState, i)[0], v_first, valid_len
+            )
+            rec.append(s)
+            shift.append(sh)
+        write_once(self.recState, rec)
+        write_once(self.shiftState, shift)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head on rows x [R, C] -> [R, V]."""
+        return self.head(_layer_norm(x, self.ln_out_w, self.ln_out_b, self.cfg.norm_eps))
+
+
+class RWKV7Decode(_RWKV7Stack):
     """M=1 decode: (input_ids [1,1] int32, position_ids [1,1] int32) -> logits [1,1,V].
 
     States (buffers mutated in place, each written exactly once per call):
@@ -574,18 +632,35 @@ class RWKV7Decode(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         del position_ids  # positionless; kept in the signature for engine parity
-        x = F.embedding(input_ids.view(1), self.emb).float()  # [1, C]
-        rec: list[torch.Tensor] = []
-        shift: list[torch.Tensor] = []
-        v_first = x  # placeholder; layer 0 replaces it with its v
-        for i, layer in enumerate(self.layers):
-            x, s, sh, v_first = layer(x, read_layer(self.recState, i)[0], read_layer(self.shiftState, i)[0], v_first)
-            rec.append(s)
-            shift.append(sh)
-        write_once(self.recState, rec)
-        write_once(self.shiftState, shift)
-        x = _layer_norm(x, self.ln_out_w, self.ln_out_b, self.cfg.norm_eps)
-        return self.head(x).view(1, 1, self.cfg.vocab_size)
+        x = self.run_layers(input_ids.view(1), None)  # [1, C]
+        return self.logits(x).view(1, 1, self.cfg.vocab_size)
+
+
+class RWKV7Prefill(_RWKV7Stack):
+    """Chunked prefill, T tokens per call, sharing every weight with the decode module.
+
+    (input_ids [1,T] int32, position_ids [1,T] int32, valid_len [1] int32) -> logits [1,1,V]
+    of token valid_len-1 (or [1,T,V] for every row with `all_logits`). Same states as
+    RWKV7Decode, each written once. Projections, LoRAs, norms and the FFN run as [T, C]
+    matmuls; only the WKV recurrence loops, in-graph, for valid_len steps (`scan`).
+    """
+
+    def __init__(self, decode: RWKV7Decode, chunk: int, all_logits: bool = False):
+        super().__init__()
+        self.cfg, self.chunk, self.all_logits = decode.cfg, chunk, all_logits
+        # The decode module's own submodules and parameters: the same tensors, so the
+        # two-function asset stores each weight once.
+        self.emb, self.layers = decode.emb, decode.layers
+        self.ln_out_w, self.ln_out_b, self.head = decode.ln_out_w, decode.ln_out_b, decode.head
+        register_states(self, RWKV7.state_specs(decode.cfg, decode.recState.dtype))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, valid_len: torch.Tensor) -> torch.Tensor:
+        del position_ids
+        x = self.run_layers(input_ids.view(self.chunk), valid_len)  # [T, C]
+        if self.all_logits:
+            return self.logits(x).view(1, self.chunk, self.cfg.vocab_size)
+        # Only the last real token's logits: the head is the largest matmul of a small model.
+        return self.logits(last_valid(x, valid_len)).view(1, 1, self.cfg.vocab_size)
 
 
 # --------------------------------------------------------------------------------------
@@ -639,6 +714,9 @@ class _RWKV7(Architecture):
 
     def build_decode(self, config, weights, builder, state_dtype) -> RWKV7Decode:
         return RWKV7Decode(config, weights, builder, state_dtype)
+
+    def build_prefill(self, config, decode: RWKV7Decode, chunk: int) -> RWKV7Prefill:
+        return RWKV7Prefill(decode, chunk)
 
     def reference(self, config, weights) -> RWKV7Reference:
         return RWKV7Reference(config, weights)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from ssmport.cli.common import human_bytes
+from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.quant import RECIPES
 
 
@@ -32,6 +33,10 @@ def add_parser(sub) -> None:
     p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
     p.add_argument("--no-gate", action="store_true", help="skip the short parity gate")
     p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export gate (default 8)")
+    p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK, metavar="T",
+                   help=f"tokens per call of the bundle's chunked `prefill` function (default {DEFAULT_CHUNK})")
+    p.add_argument("--no-prefill", action="store_true",
+                   help="export the decode function `main` only (prompts then run one token at a time)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
@@ -53,6 +58,7 @@ def run(args) -> int:
         gate=not args.no_gate,
         gate_steps=args.gate_steps,
         progress=not args.quiet,
+        prefill_chunk=None if args.no_prefill else args.prefill_chunk,
     )
     m = result.manifest
     for note in m["notes"]:

@@ -15,8 +15,9 @@ def add_parser(sub) -> None:
         help="teacher-forced parity report (exit 1 if it fails)",
         description="Feed the same token streams, one token at a time from zeroed state, to the "
         "fp32 torch reference and to the bundle on the Core AI runtime; compare per-step top-1 "
-        "and max |Δlogits| under the recipe's documented thresholds. Writes gate.json into the "
-        "bundle. Exit status 1 if the gate fails.",
+        "and max |Δlogits| under the recipe's documented thresholds. A bundle with a prefill "
+        "function takes the first half of each stream through it as one prompt (one record), then "
+        "the rest token by token. Writes gate.json into the bundle. Exit status 1 if the gate fails.",
     )
     p.add_argument("bundle")
     p.add_argument("--weights", help="source checkpoint, if it moved since export")

@@ -40,11 +40,13 @@ def run(args) -> int:
     print("config: " + ", ".join(f"{k}={v}" for k, v in m["config"].items()))
     print(f"recipe: {m['recipe']['name']} (state dtype {m['recipe']['state_dtype']}): {m['recipe']['description']}")
     print(f"function: {m['function']}")
-    for kind in ("inputs", "states", "outputs"):
-        for t in m[kind]:
-            nbytes = math.prod(t["shape"]) * _itemsize(t["dtype"])
-            layout = f"  {t['layout']}" if "layout" in t else ""
-            print(f"  {kind[:-1]:6} {t['name']:14} {str(t['shape']):22} {t['dtype']:8} {human_bytes(nbytes):>9}{layout}")
+    _print_interface(m)
+    pre = m.get("prefill")
+    if pre:
+        print(f"function: {pre['function']} (chunked prefill, {pre['chunk']} tokens per call; same states)")
+        _print_interface(pre | {"states": []})
+    else:
+        print("function: no prefill (prompts run one token at a time)")
     summary = m["plan"]["summary"]
     print("weights by category:")
     for role, nbytes in sorted(summary["by_role"].items(), key=lambda kv: -kv[1]):
@@ -75,6 +77,14 @@ def run(args) -> int:
     else:
         print("gate: not run (ssmport gate BUNDLE)")
     return 0
+
+
+def _print_interface(entry: dict) -> None:
+    for kind in ("inputs", "states", "outputs"):
+        for t in entry[kind]:
+            nbytes = math.prod(t["shape"]) * _itemsize(t["dtype"])
+            layout = f"  {t['layout']}" if "layout" in t else ""
+            print(f"  {kind[:-1]:6} {t['name']:14} {str(t['shape']):22} {t['dtype']:8} {human_bytes(nbytes):>9}{layout}")
 
 
 def _source(src: dict) -> str:

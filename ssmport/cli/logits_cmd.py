@@ -48,7 +48,7 @@ def run(args) -> int:
 
         runner = Runner(bundle)
     try:
-        logits = runner.feed(ids).astype(np.float32)
+        logits = runner.step_each(ids).astype(np.float32)
     finally:
         runner.close()
     save_npy_atomic(Path(args.out), logits)

@@ -1,0 +1,136 @@
+"""Prompt ingestion speed: the bundle's chunked `prefill` function vs the M=1 loop of `main`.
+
+For each model: export a synthetic fp32 bundle with and without prefill (export time and
+asset size of both), then, on the one bundle with prefill, feed random prompts from a zero
+state through `prefill` and through the M=1 loop, both in this process, alternating, and
+report tokens/s and their ratio. It also checks the two paths agree (max |Δ| over the last
+logits and every state). Run it under the heavy lock; the machine is shared, so compare
+the ratios, not the absolute numbers.
+
+    flock /tmp/ssmport-heavy.lock python benchmarks/prefill_speed.py \\
+        --models rwkv7-0.1b rwkv7-1.5b --prompts 64 512 --out benchmarks/results/prefill_speed.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+from ssmport.bundle import Bundle, dir_bytes
+from ssmport.exporter import export
+from ssmport.prefill import DEFAULT_CHUNK
+from ssmport.runtime import Runner, lowered_path
+
+
+def timed_feed(runner: Runner, tokens: list[int]) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
+    runner.reset()
+    start = time.perf_counter()
+    logits = runner.feed(tokens)
+    seconds = time.perf_counter() - start
+    return seconds, logits, {n: runner.state(n) for n in runner.state_names}
+
+
+def recurrence_share(runner: Runner, repeats: int) -> dict:
+    """One prefill call with valid_len=1 vs valid_len=T: every batched op runs on T rows
+    either way, so the difference is the in-graph loop's T-1 extra steps."""
+    T = runner.prefill_chunk
+    one = min(timed_feed(runner, [1])[0] for _ in range(repeats))
+    full = min(timed_feed(runner, list(range(1, T + 1)))[0] for _ in range(repeats))
+    return {"call_seconds_valid_len_1": one, "call_seconds_valid_len_T": full, "loop_share": (full - one) / full}
+
+
+def measure(bundle: Path, prompts: list[int], repeats: int, seed: int) -> list[dict]:
+    rows = []
+    rng = np.random.default_rng(seed)
+    with Runner(bundle) as fast, Runner(bundle, prefill=False) as slow:
+        vocab = fast.vocab_size
+        timed_feed(fast, [1] * 8)  # first call of each function: one-time setup off the clock
+        timed_feed(slow, [1] * 8)
+        for length in prompts:
+            tokens = rng.integers(1, vocab, size=length).tolist()
+            t_fast, t_slow = [], []
+            for _ in range(repeats):  # alternate, so background load hits both alike
+                s, logits_fast, states_fast = timed_feed(fast, tokens)
+                t_fast.append(s)
+                s, logits_slow, states_slow = timed_feed(slow, tokens)
+                t_slow.append(s)
+            delta = max(
+                float(np.abs(logits_fast - logits_slow).max()),
+                *(float(np.abs(states_fast[n] - states_slow[n]).max()) for n in states_fast),
+            )
+            best_fast, best_slow = min(t_fast), min(t_slow)
+            rows.append({
+                "prompt_tokens": length,
+                "prefill_tokens_per_s": length / best_fast,
+                "m1_loop_tokens_per_s": length / best_slow,
+                "speedup": best_slow / best_fast,
+                "prefill_seconds": t_fast,
+                "m1_loop_seconds": t_slow,
+                "max_abs_delta_logits_and_states": delta,
+            })  # fmt: skip
+            print(f"  prompt {length:4}: prefill {length / best_fast:8.1f} tok/s, M=1 loop "
+                  f"{length / best_slow:7.1f} tok/s, {best_slow / best_fast:.2f}x, max|Δ| {delta:.2e}", flush=True)  # fmt: skip
+    with Runner(bundle) as fast:
+        share = recurrence_share(fast, repeats + 1)
+    print(f"  one chunk: {share['call_seconds_valid_len_1']:.3f} s at valid_len=1, "
+          f"{share['call_seconds_valid_len_T']:.3f} s at valid_len=T (loop share {share['loop_share']:.0%})", flush=True)  # fmt: skip
+    return rows, share
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--models", nargs="+", default=["rwkv7-0.1b", "rwkv7-1.5b"])
+    ap.add_argument("--prompts", nargs="+", type=int, default=[64, 512])
+    ap.add_argument("--chunk", type=int, default=DEFAULT_CHUNK)
+    ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", help="write the results JSON here")
+    ap.add_argument("--skip-decode-only-export", action="store_true",
+                    help="do not export the decode-only bundle (no export-time / asset-size comparison)")
+    args = ap.parse_args()
+
+    results = {
+        "machine": f"{platform.machine()} {platform.system()}, shared with other jobs (compare ratios)",
+        "chunk": args.chunk,
+        "models": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="prefill-speed-") as tmp:
+        for model in args.models:
+            print(f"{model} (synthetic, fp32, chunk {args.chunk})", flush=True)
+            entry: dict = {"model": model}
+            variants = [("decode_only", None)] * (not args.skip_decode_only_export) + [("with_prefill", args.chunk)]
+            for label, chunk in variants:
+                start = time.perf_counter()
+                res = export(model, tmp, synthetic=True, quant="fp32", gate=False, progress=False,
+                             prefill_chunk=chunk, name=f"{model}-{label}")  # fmt: skip
+                entry[f"export_seconds_{label}"] = time.perf_counter() - start
+                entry[f"export_stage_seconds_{label}"] = res.manifest["export"]["stage_seconds"]
+                entry[f"asset_bytes_{label}"] = dir_bytes(res.path / "model.aimodel")
+                if chunk is None:
+                    shutil.rmtree(res.path)  # only its export time and size are wanted
+                else:
+                    bundle = res.path
+            if "asset_bytes_decode_only" in entry:
+                entry["asset_growth"] = entry["asset_bytes_with_prefill"] / entry["asset_bytes_decode_only"] - 1
+                print(f"  export {entry['export_seconds_decode_only']:.1f} s decode-only, "
+                      f"{entry['export_seconds_with_prefill']:.1f} s with prefill; asset +{100 * entry['asset_growth']:.3f}%",
+                      flush=True)  # fmt: skip
+            entry["runs"], entry["recurrence"] = measure(bundle, args.prompts, args.repeats, args.seed)
+            shutil.rmtree(lowered_path(Bundle.open(bundle)), ignore_errors=True)  # GBs at 1.5B
+            shutil.rmtree(bundle)
+            results["models"].append(entry)
+    text = json.dumps(results, indent=2)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    print(text)
+
+
+if __name__ == "__main__":
+    main()
