@@ -7,7 +7,6 @@ that check, with a message that says what is wrong. The variants are never regis
 
 from __future__ import annotations
 
-import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
