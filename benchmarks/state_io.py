@@ -40,6 +40,42 @@ class StateIO(torch.nn.Module):
             self.rec.copy_(torch.cat(parts).view(self.rec.shape))
         elif self.mode == "gather+scatter":  # what ssmport does (state.read_layer / write_once)
             write_once(self.rec, [read_layer(self.rec, i) * x for i in range(L)])
+        elif self.mode == "split+scatter":  # one split op reads every layer
+            write_once(self.rec, [piece * x for piece in self.rec.unbind(0)])
+        elif self.mode == "slice+scatter":
+            write_once(self.rec, [self.rec[i] * x for i in range(L)])
+        elif self.mode.startswith("embed+"):  # row lookup (gather_nd) reads
+            flat = self.rec.reshape(L, -1)
+            pieces = [torch.nn.functional.embedding(torch.tensor([i]), flat) * x for i in range(L)]
+            if self.mode == "embed+tree":
+                while len(pieces) > 1:
+                    merged = []
+                    for j in range(0, len(pieces) - 1, 2):
+                        a, b = pieces[j], pieces[j + 1]
+                        m, n = a.shape[0], b.shape[0]
+                        out = torch.zeros(m + n, a.shape[1])
+                        out = out.index_copy(0, torch.arange(m), a).index_copy(0, torch.arange(m, m + n), b)
+                        merged.append(out)
+                    if len(pieces) % 2:
+                        merged.append(pieces[-1])
+                    pieces = merged
+                self.rec.copy_(pieces[0].view(self.rec.shape))
+            elif self.mode == "embed+scatter":
+                write_once(self.rec, pieces)
+            else:
+                self.rec.copy_(torch.cat(pieces).view(self.rec.shape))
+        elif self.mode == "embed-read-only":  # reads, plus the lower-bound whole write
+            flat = self.rec.reshape(L, -1)
+            total = sum(torch.nn.functional.embedding(torch.tensor([i]), flat)[0, :1] for i in range(L))
+            self.rec.copy_(self.rec * x)
+            return x + total
+        elif self.mode == "scatter-write-only":  # scatter chain of pieces not read from the state
+            pieces = [self.rec.new_ones(self.rec[0].shape) * (x + i) for i in range(L)]
+            write_once(self.rec, pieces)
+        elif self.mode.startswith("cat-halves"):  # concat of k big pieces, k = suffix
+            k = int(self.mode.rsplit("-", 1)[-1])
+            parts = (self.rec * x).reshape(L, -1).chunk(k)
+            self.rec.copy_(torch.cat([p_ + 1 for p_ in parts]).view(self.rec.shape))
         elif self.mode == "whole":  # lower bound: one elementwise op over the whole state
             self.rec.copy_(self.rec * x)
         return x + 1
@@ -71,10 +107,12 @@ def time_variant(mode: str, shape, calls: int) -> float:
         x = {"x": NDArray(np.ones(1, np.float32))}
         for _ in range(3):
             loop.run_until_complete(fn(inputs=x, state=state))
-        start = time.perf_counter()
+        times = []
         for _ in range(calls):
+            start = time.perf_counter()
             loop.run_until_complete(fn(inputs=x, state=state))
-        elapsed = (time.perf_counter() - start) / calls
+            times.append(time.perf_counter() - start)
+        elapsed = float(np.median(times))
         del fn, model
         loop.close()
     return 1000 * elapsed
@@ -85,11 +123,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="12,1,12,64,64")
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--modes", default="slice+stack,slice+cat-flat,gather+scatter,split+scatter,slice+scatter,whole")
     a = p.parse_args()
     shape = tuple(int(d) for d in a.shape.split(","))
     print(f"stacked state {list(shape)} fp32, {a.calls} calls each")
-    for mode in ("slice+stack", "slice+cat-flat", "gather+scatter", "whole"):
-        print(f"  {mode:16} {time_variant(mode, shape, a.calls):8.2f} ms/call")
+    p_modes = a.modes.split(",")
+    for mode in p_modes:
+        print(f"  {mode:16} {time_variant(mode, shape, a.calls):8.2f} ms/call (median)")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -73,12 +74,12 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
 def read_layer(buffer: torch.Tensor, i: int) -> torch.Tensor:
     """Layer i's slice `buffer[i]` of a stacked [L, ...] state.
 
-    Taken with a gather (`index_select`) rather than a slice: on the Linux Core AI runtime a
-    12-layer read + write of rwkv7-0.1b's recState took 30 ms per token with slice + concat
-    and 5 ms with gather + scatter (benchmarks/state_io.py), same values.
+    Taken as a row lookup (`embedding` -> `gather_nd`) on the [L, rest] view: on the Linux
+    Core AI runtime a slice or `index_select` (`gather_along_axis`, which walks an index per
+    element) is 6-15x slower for the same bytes (benchmarks/state_io.py).
     """
     flat = buffer.reshape(buffer.shape[0], -1)
-    return torch.index_select(flat, 0, torch.tensor([i])).view(buffer.shape[1:])
+    return F.embedding(torch.tensor([i]), flat).view(buffer.shape[1:])
 
 
 def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
