@@ -82,16 +82,23 @@ def read_layer(buffer: torch.Tensor, i: int) -> torch.Tensor:
     return F.embedding(torch.tensor([i]), flat).view(buffer.shape[1:])
 
 
-def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
-    """Write a stacked [L, ...] state from its L layer slices with a single in-place copy.
+def stack_rows(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Stack L tensors of equal size as the rows of an [L, numel] tensor.
 
-    The slices are placed with a chain of `index_copy` (scatter) into a fresh tensor, which
-    then replaces the state in one copy: exactly one `write_handle` per state in the
-    exported graph (Apple's GPU delegate keeps one write per handle), and far cheaper here
-    than stacking (concat) or writing slices in place (a chain of full-size `where`s).
+    Placed with a chain of `index_copy` (scatter_nd) into zeros: on the Linux Core AI runtime
+    `torch.stack` / `cat` (concat) is 10-20x slower for the same bytes (benchmarks/state_io.py).
+    Each scatter copies the whole [L, numel] tensor, so this is for small rows; a big stacked
+    state is better updated as a whole (see RWKV-7's deferred WKV update).
     """
-    layers = buffer.shape[0]
-    out = torch.zeros(layers, buffer[0].numel(), dtype=buffer.dtype)
-    for i, piece in enumerate(per_layer):
-        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(buffer.dtype))
-    buffer.copy_(out.view(buffer.shape))
+    out = torch.zeros(len(pieces), pieces[0].numel(), dtype=dtype)
+    for i, piece in enumerate(pieces):
+        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(dtype))
+    return out
+
+
+def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
+    """Write a stacked [L, ...] state from its L layer slices with a single in-place copy:
+    exactly one `write_handle` per state in the exported graph (Apple's GPU delegate keeps one
+    write per handle), and far cheaper here than writing slices in place (a chain of
+    full-size `where`s)."""
+    buffer.copy_(stack_rows(per_layer, buffer.dtype).view(buffer.shape))
