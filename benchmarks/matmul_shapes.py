@@ -10,19 +10,15 @@ single-thread read bandwidth measured by `ssmport.bench.measure_read_bandwidth`.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import io
-import tempfile
-import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
 
 from ssmport.bench import measure_read_bandwidth
 from ssmport.quant.layers import OUT_BLOCK, FloatMatmul
+
+from coreai_micro import call_times_ms  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 class Plain(torch.nn.Module):
@@ -44,32 +40,8 @@ class Transposed(torch.nn.Module):  # W stored [out, in], applied as W x
 
 
 def best_ms(module: torch.nn.Module, n_in: int, calls: int) -> float:
-    import coreai_torch
-    from coreai.runtime import AIModel, NDArray
-    from coreai_torch import TorchConverter
-
-    ep = torch.export.export(module.eval(), (torch.ones(1, n_in),)).run_decompositions(coreai_torch.get_decomp_table())
-    with contextlib.redirect_stdout(io.StringIO()):
-        program = TorchConverter(mode=TorchConverter.Mode.RELEASE).add_exported_program(
-            ep, input_names=["x"], output_names=["y"]).to_coreai()  # fmt: skip
-    with tempfile.TemporaryDirectory() as tmp:
-        asset = program.save_asset(Path(tmp) / "m.aimodel")
-        lowered = Path(tmp) / "m.aimodelx"
-        lowered.mkdir()
-        asset._write_odix(lowered)
-        loop = asyncio.new_event_loop()
-        model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function("main")
-        x = {"x": NDArray(np.random.default_rng(0).random((1, n_in), dtype=np.float32))}
-        loop.run_until_complete(fn(inputs=x))
-        best = float("inf")
-        for _ in range(calls):
-            start = time.perf_counter()
-            loop.run_until_complete(fn(inputs=x))
-            best = min(best, time.perf_counter() - start)
-        del fn, model
-        loop.close()
-    return 1000 * best
+    x = np.random.default_rng(0).random((1, n_in), dtype=np.float32)
+    return min(call_times_ms(module, x, calls))
 
 
 def main() -> None:
