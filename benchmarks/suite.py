@@ -72,7 +72,10 @@ def ensure_bundle(preset: str, work: Path) -> Path:
         cmd = [sys.executable, "-m", "ssmport.cli.main", "export", preset, "--synthetic", "--quant", "fp32",
                "-o", str(out), "--overwrite", "-q"]  # fmt: skip
         print(f"exporting: {shlex.join(cmd)}", flush=True)
-        subprocess.run(cmd, check=True)
+        done = subprocess.run(cmd)
+        # exit 1: written, but its gate failed; it is timed all the same and its gate reported
+        if done.returncode not in (0, 1) or not (path / "manifest.json").is_file():
+            raise SystemExit(f"export of {preset} failed (exit {done.returncode})")
     return path
 
 
@@ -190,6 +193,7 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     return {
         "bundle": bundle.path.name,
         "architecture": arch,
+        "gate": {k: (bundle.manifest.get("gate") or {}).get(k) for k in ("passed", "top1_agree", "steps", "max_abs_logit_delta", "max_rel_logit_delta")},
         "layers": cfg.get("num_layers"),
         "width": cfg.get("hidden_size"),
         **{k: first[k] for k in keys},
