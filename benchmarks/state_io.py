@@ -10,22 +10,28 @@ layer's update) and writes the state back once. Shapes default to rwkv7-0.1b's r
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
-import io
-import tempfile
-import time
 import warnings
-from pathlib import Path
 
 import numpy as np
 import torch
 
 import ssmport  # noqa: F401  (silences coreai-torch's version warning)
-from ssmport.state import read_layer, write_once
+from ssmport.state import read_layer, stack_rows, write_once
+
+from coreai_micro import call_times_ms  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
+
+def _index_select(buffer: torch.Tensor, i: int) -> torch.Tensor:  # ssmport's read before the lookup
+    flat = buffer.reshape(buffer.shape[0], -1)
+    return torch.index_select(flat, 0, torch.tensor([i])).view(buffer.shape[1:])
 
 
 class StateIO(torch.nn.Module):
+    """Reads: slice (`rec[i]`), split (`unbind`), index_select (gather_along_axis), lookup
+    (`state.read_layer`: embedding -> gather_nd). Writes: stack / cat (concat), scatter
+    (`state.write_once`: a chain of index_copy), whole (one op over the whole state, the way
+    RWKV-7's deferred WKV update writes: reads by lookup, small rows stacked, one update)."""
+
     def __init__(self, mode: str, shape: tuple[int, ...]):
         super().__init__()
         self.mode = mode
@@ -33,51 +39,39 @@ class StateIO(torch.nn.Module):
 
     def forward(self, x):
         L = self.rec.shape[0]
-        if self.mode == "slice+stack":  # rec[i] reads, torch.stack write
-            self.rec.copy_(torch.stack([self.rec[i] * x for i in range(L)]))
-        elif self.mode == "slice+cat-flat":
-            parts = [(self.rec[i] * x).reshape(-1) for i in range(L)]
-            self.rec.copy_(torch.cat(parts).view(self.rec.shape))
-        elif self.mode == "gather+scatter":  # what ssmport does (state.read_layer / write_once)
-            write_once(self.rec, [read_layer(self.rec, i) * x for i in range(L)])
-        elif self.mode == "whole":  # lower bound: one elementwise op over the whole state
+        read, write = self.mode.split("+")
+        if read == "slice":
+            pieces = [self.rec[i] * x for i in range(L)]
+        elif read == "split":
+            pieces = [piece * x for piece in self.rec.unbind(0)]
+        elif read == "index_select":
+            pieces = [_index_select(self.rec, i) * x for i in range(L)]
+        elif read == "lookup":
+            pieces = [read_layer(self.rec, i) * x for i in range(L)]
+        else:  # "none": the write alone, from rows not read from the state
+            pieces = [self.rec.new_ones(self.rec.shape[1:]) * (x + i) for i in range(L)]
+        if write == "stack":
+            self.rec.copy_(torch.stack(pieces))
+        elif write == "cat":
+            self.rec.copy_(torch.cat([p.reshape(-1) for p in pieces]).view(self.rec.shape))
+        elif write == "scatter":
+            write_once(self.rec, pieces)
+        elif write == "whole":  # a small row per layer, stacked; one update of the whole state
+            rows = stack_rows([p.reshape(-1)[:64] for p in pieces]).view(L, *[1] * (self.rec.dim() - 2), 64)
+            self.rec.copy_(self.rec * x - rows.sum(-1, keepdim=True))
+        else:  # "none": lower bound, one elementwise op over the whole state
             self.rec.copy_(self.rec * x)
         return x + 1
 
 
-def time_variant(mode: str, shape, calls: int) -> float:
-    import coreai_torch
-    from coreai.authoring import AIModelAsset
-    from coreai.runtime import AIModel, NDArray
-    from coreai_torch import TorchConverter
+MODES = ("slice+stack", "slice+cat", "slice+scatter", "split+scatter", "index_select+scatter",
+         "lookup+scatter", "none+scatter", "lookup+cat", "lookup+whole", "none+none")  # fmt: skip
 
-    ep = torch.export.export(StateIO(mode, shape), (torch.ones(1),))
-    ep = ep.run_decompositions(coreai_torch.get_decomp_table())
-    with contextlib.redirect_stdout(io.StringIO()):
-        program = (
-            TorchConverter(mode=TorchConverter.Mode.RELEASE)
-            .add_exported_program(ep, input_names=["x"], output_names=["y"], state_names=["rec"])
-            .to_coreai()
-        )
-    with tempfile.TemporaryDirectory() as tmp:
-        asset = program.save_asset(Path(tmp) / "m.aimodel")
-        lowered = Path(tmp) / "m.aimodelx"
-        lowered.mkdir()
-        asset._write_odix(lowered)
-        loop = asyncio.new_event_loop()
-        model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function("main")
-        state = {"rec": NDArray(np.zeros(shape, np.float32))}
-        x = {"x": NDArray(np.ones(1, np.float32))}
-        for _ in range(3):
-            loop.run_until_complete(fn(inputs=x, state=state))
-        start = time.perf_counter()
-        for _ in range(calls):
-            loop.run_until_complete(fn(inputs=x, state=state))
-        elapsed = (time.perf_counter() - start) / calls
-        del fn, model
-        loop.close()
-    return 1000 * elapsed
+
+def time_variant(mode: str, shape, calls: int) -> float:
+    """Median ms per call."""
+    times = call_times_ms(StateIO(mode, shape), np.ones(1, np.float32), calls, {"rec": np.zeros(shape, np.float32)})
+    return float(np.median(times))
 
 
 def main() -> None:
@@ -85,11 +79,13 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--shape", default="12,1,12,64,64")
     p.add_argument("--calls", type=int, default=20)
+    p.add_argument("--modes", default=",".join(MODES), help="read+write pairs (default: all)")
     a = p.parse_args()
     shape = tuple(int(d) for d in a.shape.split(","))
     print(f"stacked state {list(shape)} fp32, {a.calls} calls each")
-    for mode in ("slice+stack", "slice+cat-flat", "gather+scatter", "whole"):
-        print(f"  {mode:16} {time_variant(mode, shape, a.calls):8.2f} ms/call")
+    p_modes = a.modes.split(",")
+    for mode in p_modes:
+        print(f"  {mode:22} {time_variant(mode, shape, a.calls):8.2f} ms/call (median)")
 
 
 if __name__ == "__main__":

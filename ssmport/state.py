@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -73,12 +74,26 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
 def read_layer(buffer: torch.Tensor, i: int) -> torch.Tensor:
     """Layer i's slice `buffer[i]` of a stacked [L, ...] state.
 
-    Taken with a gather (`index_select`) rather than a slice: on the Linux Core AI runtime a
-    12-layer read + write of rwkv7-0.1b's recState took 30 ms per token with slice + concat
-    and 5 ms with gather + scatter (benchmarks/state_io.py), same values.
+    Taken as a row lookup (`embedding` -> `gather_nd`) on the [L, rest] view: on the Linux
+    Core AI runtime a slice or `index_select` (`gather_along_axis`, which walks an index per
+    element) is 6-15x slower for the same bytes (benchmarks/state_io.py).
     """
     flat = buffer.reshape(buffer.shape[0], -1)
-    return torch.index_select(flat, 0, torch.tensor([i])).view(buffer.shape[1:])
+    return F.embedding(torch.tensor([i]), flat).view(buffer.shape[1:])
+
+
+def stack_rows(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Stack L tensors of equal size as the rows of an [L, numel] tensor.
+
+    Placed with a chain of `index_copy` (scatter_nd) into zeros: on the Linux Core AI runtime
+    `torch.stack` / `cat` (concat) is 10-20x slower for the same bytes (benchmarks/state_io.py).
+    Each scatter copies the whole [L, numel] tensor, so this is for small rows; a big stacked
+    state is better updated as a whole (see RWKV-7's deferred WKV update).
+    """
+    out = torch.zeros(len(pieces), pieces[0].numel(), dtype=dtype)
+    for i, piece in enumerate(pieces):
+        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(dtype))
+    return out
 
 
 def read_layer_by_matmul(buffer: torch.Tensor, i: int) -> torch.Tensor:
@@ -98,15 +113,8 @@ def read_layer_by_matmul(buffer: torch.Tensor, i: int) -> torch.Tensor:
 
 
 def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
-    """Write a stacked [L, ...] state from its L layer slices with a single in-place copy.
-
-    The slices are placed with a chain of `index_copy` (scatter) into a fresh tensor, which
-    then replaces the state in one copy: exactly one `write_handle` per state in the
-    exported graph (Apple's GPU delegate keeps one write per handle), and far cheaper here
-    than stacking (concat) or writing slices in place (a chain of full-size `where`s).
-    """
-    layers = buffer.shape[0]
-    out = torch.zeros(layers, buffer[0].numel(), dtype=buffer.dtype)
-    for i, piece in enumerate(per_layer):
-        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(buffer.dtype))
-    buffer.copy_(out.view(buffer.shape))
+    """Write a stacked [L, ...] state from its L layer slices with a single in-place copy:
+    exactly one `write_handle` per state in the exported graph (Apple's GPU delegate keeps one
+    write per handle), and far cheaper here than writing slices in place (a chain of
+    full-size `where`s)."""
+    buffer.copy_(stack_rows(per_layer, buffer.dtype).view(buffer.shape))

@@ -117,9 +117,13 @@ def test_console_script_no_traceback_and_clean_exit(tmp_path):
 
 
 def test_bench_smoke(scratch_bundle, capsys):
-    code, out, _ = run_cli(capsys, "bench", scratch_bundle, "--steps", 2, "--warmup", 1, "--json")
+    code, out, _ = run_cli(capsys, "bench", scratch_bundle, "--steps", 2, "--warmup", 1, "--torch", "--json")
     assert code == 0
     r = __import__("json").loads(out)
-    for key in ("load_first_s", "load_second_s", "coreai_ms_per_token", "torch_fp32_1thread_ms_per_token"):
+    for key in ("load_s_first", "load_s_cached", "decode_ms_per_token", "state_bytes", "asset_bytes",
+                "weight_bytes_per_token", "effective_gb_per_s", "torch_ms_per_token_1thread"):  # fmt: skip
         assert r[key] > 0
-    assert r["load_second_s"] < r["load_first_s"]
+    assert "prefill_tokens_per_s" in r
+    assert r["load_s_cached"] < r["load_s_first"]
+    code, out, _ = run_cli(capsys, "bench", scratch_bundle, "--steps", 2, "--no-roofline")
+    assert code == 0 and "ms/token" in out and "roofline" not in out

@@ -1,49 +1,67 @@
-"""ssmport bench BUNDLE: decode ms/token and load times."""
+"""ssmport bench BUNDLE: load times, decode ms/token, bytes per token vs memory bandwidth."""
 
 from __future__ import annotations
 
 import json
 
-from ssmport.errors import SsmportError
+from ssmport.bench import DEFAULT_PREFILL_TOKENS, DEFAULT_STEPS, DEFAULT_WARMUP
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser(
         "bench",
-        help="decode ms/token on the Core AI runtime vs torch eager, and load times",
-        description="Measure bundle load time (first: lower + load; second: cached), decode "
-        "ms/token on the Core AI runtime, and the fp32 torch reference eager at 1 thread and at "
-        "the default thread count, in one process.",
+        help="load times, decode ms/token, weight bytes per token and the memory roofline",
+        description="Measure, in one process: bundle load time (first: hash + lower + load; "
+        "cached), decode ms/token on the Core AI runtime (median over --steps tokens after "
+        "--warmup), prefill tokens/s when the bundle has a prefill function, state and asset "
+        "bytes, weight bytes read per token (from the manifest's plan) and the effective GB/s, "
+        "against the machine's single-thread memory read bandwidth. --torch adds the fp32 "
+        "torch eager reference of the same model at 1 thread and at the default thread count.",
     )
     p.add_argument("bundle")
-    p.add_argument("--steps", type=int, default=32, help="timed tokens (default 32)")
-    p.add_argument("--warmup", type=int, default=4, help="untimed tokens first (default 4)")
-    p.add_argument("--prompt-tokens", type=int, default=128, help="prompt length for prefill tokens/s (default 128)")
-    p.add_argument("--no-torch", action="store_true", help="skip the torch eager comparison")
-    p.add_argument("--weights", help="source checkpoint, if it moved since export")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--steps", type=int, default=DEFAULT_STEPS, help=f"timed tokens (default {DEFAULT_STEPS})")
+    p.add_argument("--warmup", type=int, default=DEFAULT_WARMUP, help=f"untimed tokens first (default {DEFAULT_WARMUP})")
+    p.add_argument("--prefill-tokens", type=int, default=DEFAULT_PREFILL_TOKENS,
+                   help=f"prompt length for the prefill measurement (default {DEFAULT_PREFILL_TOKENS})")  # fmt: skip
+    p.add_argument("--torch", action="store_true", help="also time the torch eager reference")
+    p.add_argument("--no-roofline", action="store_true", help="skip the memory bandwidth measurement")
+    p.add_argument("--weights", help="source checkpoint for --torch, if it moved since export")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
     from ssmport.bench import bench_bundle
     from ssmport.bundle import Bundle
+    from ssmport.errors import SsmportError
 
-    if args.prompt_tokens < 1:
-        raise SsmportError("--prompt-tokens must be at least 1")
-    r = bench_bundle(Bundle.open(args.bundle), args.steps, args.warmup, not args.no_torch, args.weights, args.prompt_tokens)
+    if args.steps < 1 or args.warmup < 0 or args.prefill_tokens < 1:
+        raise SsmportError("--steps and --prefill-tokens must be at least 1, --warmup at least 0")
+    r = bench_bundle(
+        Bundle.open(args.bundle),
+        steps=args.steps,
+        warmup=args.warmup,
+        torch_backend=args.torch,
+        weights=args.weights,
+        roofline=not args.no_roofline,
+        prefill_tokens=args.prefill_tokens,
+    )
     if args.json:
         print(json.dumps(r, indent=2))
         return 0
-    print(f"{r['bundle']} ({r['recipe']}), {r['steps']} timed tokens")
-    print(f"  load: first {r['load_first_s']:.2f} s (lower + load), second {r['load_second_s']:.3f} s")
-    rows = [("Core AI runtime (1 thread)", r["coreai_ms_per_token"])]
-    if "torch_fp32_ms_per_token" in r:
-        rows += [("torch eager fp32, 1 thread", r["torch_fp32_1thread_ms_per_token"]),
-                 (f"torch eager fp32, {r['torch_threads']} threads", r["torch_fp32_ms_per_token"])]  # fmt: skip
-    for label, ms in rows:
-        print(f"  {label:28} {ms:8.2f} ms/token")
-    prefill = (f"prompt (prefill, {r['prefill_prompt_tokens']} tokens) {r['prefill_tokens_per_s']:.1f} tokens/s"
-               if "prefill_tokens_per_s" in r else "prompt: no prefill function (M=1 loop)")  # fmt: skip
-    print(f"  Core AI decode {r['decode_tokens_per_s']:.1f} tokens/s; {prefill}")
+    mb = 1e6
+    print(f"{r['bundle']} ({r['recipe']}), median of {r['steps']} tokens after {r['warmup']} warm-up")
+    print(f"  load           first {r['load_s_first']:.2f} s (hash + lower + load), cached {r['load_s_cached']:.3f} s")
+    print(f"  decode         {r['decode_ms_per_token']:.2f} ms/token (Core AI runtime, single-threaded)")
+    prefill = r["prefill_tokens_per_s"]
+    print(f"  prefill        {f'{prefill:.1f} tokens/s' if prefill is not None else 'n/a (no prefill function)'}")
+    print(f"  state          {r['state_bytes'] / mb:.2f} MB (fixed: independent of context length)")
+    print(f"  asset          {r['asset_bytes'] / mb:.1f} MB")
+    print(f"  weights/token  {r['weight_bytes_per_token'] / mb:.1f} MB -> {r['effective_gb_per_s']:.2f} GB/s effective")
+    if "read_bandwidth_gb_per_s" in r:
+        print(f"  roofline       {r['read_bandwidth_gb_per_s']:.2f} GB/s measured single-thread read bandwidth: "
+              f"decode at {100 * r['roofline_fraction']:.0f}% of it")  # fmt: skip
+    if "torch_ms_per_token" in r:
+        print(f"  torch eager    {r['torch_ms_per_token_1thread']:.2f} ms/token at 1 thread, "
+              f"{r['torch_ms_per_token']:.2f} at {r['torch_threads']} threads (fp32)")  # fmt: skip
     return 0

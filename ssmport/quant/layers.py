@@ -10,6 +10,8 @@ its output back, so fp16/int8 recipes do their matmuls in fp16 and everything el
 
 from __future__ import annotations
 
+import math
+
 import torch
 from coreai_torch._compression.custom_layers import WeightDequantizeModule
 from torch import nn
@@ -31,17 +33,52 @@ def rows_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return x @ w
 
 
+# A matmul whose output is wider than this runs as a batch of column blocks of this width:
+# on the Linux Core AI runtime `x @ W` streams a [2048, 8192] fp32 weight at ~13 GB/s but
+# 4-8 column blocks of it at ~26 GB/s (the machine's single-thread read bandwidth); the LM
+# head [C, 65536] likewise (benchmarks/matmul_shapes.py). Same dot products, same sums.
+OUT_BLOCK = 1024
+MAX_UNBLOCKED_OUT = 2048
+
+
+def out_blocks(n_out: int) -> int:
+    """How many column blocks a weight with `n_out` outputs is stored as (1 = plain [in, out])."""
+    if n_out <= MAX_UNBLOCKED_OUT or n_out % OUT_BLOCK:
+        return 1
+    return n_out // OUT_BLOCK
+
+
 class FloatMatmul(nn.Module):
-    """y = x @ W with W [in, out] stored in fp32 or fp16."""
+    """y = x @ W with W [in, out] stored in fp32 or fp16.
+
+    A wide W is stored as `out_blocks` column blocks [blocks, in, out/blocks] and applied as
+    one broadcast batch matmul; the result is laid back out as [..., out].
+    """
 
     def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32):
         super().__init__()
-        self.weight = nn.Parameter(weight_in_out.contiguous(), requires_grad=False)
+        n_in, n_out = weight_in_out.shape
+        self.blocks = out_blocks(n_out)
+        w = weight_in_out
+        if self.blocks > 1:
+            w = w.reshape(n_in, self.blocks, n_out // self.blocks).permute(1, 0, 2)
+        self.weight = nn.Parameter(w.contiguous(), requires_grad=False)
+        self.n_out = n_out
         self.out_dtype = out_dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.weight
-        return rows_matmul(x.to(w.dtype), w).to(self.out_dtype)
+        x = x.to(w.dtype)
+        if self.blocks == 1:
+            y = rows_matmul(x, w)
+        else:
+            lead = x.shape[:-1]
+            rows = math.prod(lead)
+            y = x.reshape(1, rows, x.shape[-1]) @ w  # [blocks, rows, out/blocks]
+            if rows > 1:  # one row (decode) needs no transpose: the blocks are already in order
+                y = y.permute(1, 0, 2)
+            y = y.reshape(*lead, self.n_out)
+        return y.to(self.out_dtype)
 
 
 class Int8Matmul(nn.Module):

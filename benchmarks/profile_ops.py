@@ -1,0 +1,108 @@
+"""Where a decode step's time goes on the Core AI runtime: per-op-type totals from the
+runtime's `Profiler`.
+
+    python benchmarks/profile_ops.py out/rwkv7-0.1b-fp32 --calls 8
+
+Each op's time is the minimum over --calls profiled calls (by its position in the call,
+which is the same every call), so other jobs on a shared machine inflate it less. The
+profiler's callbacks cost time of their own: compare shares, and an unprofiled run's
+ms/token, rather than the profiled total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import json
+import time
+
+import numpy as np
+
+from ssmport._quiet import native_stderr_filtered
+from ssmport.bundle import Bundle
+from ssmport.runtime import ensure_lowered
+
+CALL = "Function Execute"
+
+
+def profile(bundle: Bundle, calls: int, warmup: int = 2) -> tuple[list[list[tuple[str, int]]], float]:
+    from coreai.runtime import AIModel, NDArray, Profiler
+
+    starts: dict[int, tuple[str, int]] = {}
+    intervals: list[tuple[str, int]] = []
+
+    def begin(event) -> int:
+        starts[len(starts)] = (event.event_id, event.timestamp)
+        return len(starts) - 1
+
+    def end(event, interval: int) -> None:
+        name, t0 = starts.pop(interval)
+        intervals.append((name, event.timestamp - t0))
+
+    lowered, _ = ensure_lowered(bundle)
+    loop = asyncio.new_event_loop()
+    with native_stderr_filtered():
+        model = loop.run_until_complete(AIModel.load(lowered))
+        fn = model.load_function("main", profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end))
+    d = fn.desc
+    states = {n: NDArray(np.zeros(d.state_descriptor(n).shape, np.dtype(d.state_descriptor(n).dtype))) for n in d.state_names}
+    rng = np.random.default_rng(0)
+    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+
+    def call() -> None:
+        ids = NDArray(np.array([[rng.integers(1, vocab)]], np.int32))
+        loop.run_until_complete(fn(inputs={"input_ids": ids, "position_ids": NDArray(np.zeros((1, 1), np.int32))}, state=states))
+
+    for _ in range(warmup):
+        call()
+    intervals.clear()
+    start = time.perf_counter()
+    for _ in range(calls):
+        call()
+    profiled_ms = 1000 * (time.perf_counter() - start) / calls
+    per_call, current = [], []
+    for name, ns in intervals:
+        if name == CALL:
+            per_call.append(current)
+            current = []
+        else:
+            current.append((name, ns))
+    del fn, model
+    loop.close()
+    return per_call, profiled_ms
+
+
+def by_op_type(per_call: list[list[tuple[str, int]]]) -> dict[str, dict]:
+    n = min(len(c) for c in per_call)
+    totals: collections.Counter = collections.Counter()
+    counts: collections.Counter = collections.Counter()
+    for i in range(n):
+        name = per_call[0][i][0].removeprefix("call.").removeprefix("coreai.").removeprefix("decomposable.")
+        totals[name] += min(c[i][1] for c in per_call)
+        counts[name] += 1
+    whole = sum(totals.values())
+    return {k: {"ms": v / 1e6, "share": v / whole, "ops": counts[k]} for k, v in totals.most_common()}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("bundle")
+    p.add_argument("--calls", type=int, default=8)
+    p.add_argument("--top", type=int, default=15)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    per_call, profiled_ms = profile(Bundle.open(a.bundle), a.calls)
+    table = by_op_type(per_call)
+    if a.json:
+        print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table}, indent=2))
+        return
+    total = sum(r["ms"] for r in table.values())
+    print(f"{a.bundle}: {len(per_call[0])} timed ops per call; sum of per-op minima {total:.1f} ms "
+          f"(profiled call {profiled_ms:.1f} ms, profiler overhead included)")  # fmt: skip
+    for name, r in list(table.items())[: a.top]:
+        print(f"  {name:36} {r['ms']:8.2f} ms {100 * r['share']:5.1f}% {r['ops']:5d} ops")
+
+
+if __name__ == "__main__":
+    main()

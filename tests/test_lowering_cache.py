@@ -1,0 +1,90 @@
+"""The lowering cache: keyed by the asset's bytes, stale and damaged entries rebuilt."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from ssmport.bundle import Bundle
+from ssmport.runtime import STAMP, Runner, asset_sha256, lowered_path
+
+TOKENS = [5, 6, 7, 300]
+
+
+def _load(path):
+    with Runner(path) as runner:
+        return runner.lowered_now, runner.feed(TOKENS)
+
+
+@pytest.fixture
+def lowered(scratch_bundle):
+    """A private bundle whose lowering is cached; yields (bundle, cache entry, logits)."""
+    _load(scratch_bundle)
+    bundle = Bundle.open(scratch_bundle)
+    now, logits = _load(scratch_bundle)
+    assert not now
+    return bundle, lowered_path(bundle), logits
+
+
+def test_key_is_the_asset_content_not_the_bundle(lowered, tmp_path):
+    bundle, entry, _ = lowered
+    moved = shutil.copytree(bundle.path, tmp_path / "elsewhere")
+    manifest = (moved / "manifest.json").read_text().replace(bundle.manifest["bundle_id"], "0" * 32)
+    (moved / "manifest.json").write_text(manifest)
+    assert lowered_path(Bundle.open(moved)) == entry
+    assert not _load(moved)[0]
+
+
+def test_changed_asset_is_lowered_again(lowered, pth_fp16_bundle):
+    bundle, entry, old_logits = lowered
+    before = asset_sha256(bundle.asset_path)
+    # Same bundle directory, other asset bytes (a re-export in place).
+    shutil.rmtree(bundle.asset_path)
+    shutil.copytree(pth_fp16_bundle.path / "model.aimodel", bundle.asset_path)
+    for key in ("inputs", "outputs", "states"):
+        bundle.manifest[key] = pth_fp16_bundle.manifest[key]
+    bundle.save_manifest()
+    assert asset_sha256(bundle.asset_path) != before
+    assert lowered_path(bundle) != entry
+    _, logits = _load(bundle.path)  # the fp16 asset's lowering (its export may have made it)
+    _, expected = _load(pth_fp16_bundle.path)
+    np.testing.assert_array_equal(logits, expected)
+    assert not np.array_equal(logits, old_logits)
+
+
+@pytest.mark.parametrize("damage", ["rewrite-bytes", "truncate", "delete-file", "no-stamp", "bad-stamp"])
+def test_damaged_entry_is_rebuilt(lowered, damage):
+    bundle, entry, logits = lowered
+    odix = next(p for p in entry.iterdir() if p.suffix == ".odix")
+    if damage == "rewrite-bytes":  # same size, other bytes: the runtime would die loading it
+        data = bytearray(odix.read_bytes())
+        data[:4096] = os.urandom(4096)
+        odix.write_bytes(bytes(data))
+    elif damage == "truncate":
+        with open(odix, "r+b") as f:
+            f.truncate(100)
+    elif damage == "delete-file":
+        odix.unlink()
+    elif damage == "no-stamp":  # e.g. an entry left by an older ssmport
+        (entry / STAMP).unlink()
+    else:
+        (entry / STAMP).write_text("{not json")
+    now, again = _load(bundle.path)
+    assert now
+    np.testing.assert_array_equal(again, logits)
+    assert not _load(bundle.path)[0]
+
+
+def test_unchanged_asset_is_hashed_once(lowered, monkeypatch):
+    bundle, _, _ = lowered
+    import hashlib
+
+    calls = []
+    real = hashlib.sha256
+    monkeypatch.setattr(hashlib, "sha256", lambda *a: calls.append(a) or real(*a))
+    asset_sha256(bundle.asset_path)
+    # Only the memo's file name is hashed; the asset's bytes are not read again.
+    assert len(calls) == 1 and calls[0] and len(calls[0][0]) < 4096
