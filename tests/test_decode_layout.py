@@ -43,7 +43,7 @@ def test_wide_model_on_core_ai_matches_blinkdl_package(tmp_path, export_fn):
     assert {"head.weight", "blocks.0.ffn.key.weight"} <= blocked
     tokens = [1, 4095, 7, 7, 300, 2048, 0, 11]
     with Runner(result.path) as runner:
-        ours = runner.feed(tokens)
+        ours = runner.step_each(tokens)
     theirs = rwkv_package_logits(pth, tokens).numpy()
     assert np.abs(theirs - ours).max() / max(1.0, np.abs(theirs).max()) < 1e-4
     assert (theirs.argmax(-1) == ours.argmax(-1)).all()
