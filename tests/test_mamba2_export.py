@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from ir_checks import writes_per_state
+from ir_checks import graph_texts, writes_per_state
 from mamba2_files import Geometry, transformers_logits, write_transformers_folder
 from ssmport.cli.main import main
 from ssmport.exporter import convert
@@ -91,10 +91,17 @@ def test_contract_names_order_shapes(fp32_bundle):
 
 @pytest.mark.parametrize("quant", ["fp32", "int8keepproj"])
 def test_each_state_written_once_in_ir(folder, quant):
+    """One write per state handle in both functions (decode and prefill), outside any loop."""
     model = load_checkpoint(folder)
-    program, signature = convert(model, WeightBuilder(get_recipe(quant), model.architecture.keeps_float), torch.float32)
-    assert signature.writes_per_state == {"convState": 1, "ssmState": 1}
-    assert writes_per_state(program) == {"convState": 1, "ssmState": 1}
+    builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
+    converted = convert(model, builder, torch.float32, prefill_chunk=4)
+    program = converted.program
+    assert converted.decode.writes_per_state == {"convState": 1, "ssmState": 1}
+    assert list(graph_texts(program)) == ["main", "prefill"]
+    for function in ("main", "prefill"):
+        assert writes_per_state(program, function, top_level_only=True) == {"convState": 1, "ssmState": 1}
+        assert writes_per_state(program, function) == {"convState": 1, "ssmState": 1}
+    assert "coreai.while" in graph_texts(program)["prefill"] and "coreai.while" not in graph_texts(program)["main"]
 
 
 def test_tokenizer_json_passthrough_and_cli(fp32_bundle, folder, capsys, tmp_path):
