@@ -7,6 +7,7 @@ import hashlib
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -89,9 +90,12 @@ def test_contract_names_order_shapes(fp32_bundle):
         assert runner.state("convState").any() and runner.state("ssmState").any()
 
 
-@pytest.mark.parametrize("quant", ["fp32", "int8keepproj"])
-def test_each_state_written_once_in_ir(folder, quant):
-    """One write per state handle in both functions (decode and prefill), outside any loop."""
+@pytest.mark.parametrize("quant, groups", [("fp32", 2), ("int8keepproj", 2), ("fp32", 1)])
+def test_each_state_written_once_in_ir(folder, tmp_path, quant, groups):
+    """One write per state handle in both functions (decode and prefill), outside any loop.
+    One group (the released models) is a separate case: all heads then share B and C."""
+    if groups != GEOMETRY.groups:
+        folder = write_transformers_folder(tmp_path / "g", replace(GEOMETRY, groups=groups), seed=3, tied=False)
     model = load_checkpoint(folder)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
     converted = convert(model, builder, torch.float32, prefill_chunk=4)

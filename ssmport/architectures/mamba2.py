@@ -433,8 +433,7 @@ class _Mixer(nn.Module):
         padding: computed, never stored). Returns (out [T,D], new conv, new ssm).
         """
         c = self.cfg
-        I, GN, H, P, N, G = (c.intermediate_size, c.n_groups * c.state_size, c.num_heads,
-                             c.head_dim, c.state_size, c.n_groups)  # fmt: skip
+        I, H, P, N, G = c.intermediate_size, c.num_heads, c.head_dim, c.state_size, c.n_groups
         T = x.shape[0]
         zxbcdt = self.in_proj(_rms_norm(x, self.norm_w, c.norm_eps))
         if self.in_bias is not None:
@@ -445,18 +444,16 @@ class _Mixer(nn.Module):
         xBC = (windows * self.conv_w.view(c.conv_dim, 1, c.conv_kernel)).sum(-1).t()  # [T, conv_dim]
         if self.conv_b is not None:
             xBC = xBC + self.conv_b
-        xs, B, C = F.silu(xBC).split([I, GN, GN], dim=-1)
+        xBC = F.silu(xBC)
+        xs, BC = xBC[:, :I].reshape(T, H, P), xBC[:, I:].reshape(T, 2, G, N)  # BC: B then C, per group
 
         dt = F.softplus(dt + self.dt_bias)  # [T, H]
         if c.dt_min > 0 or c.dt_max is not None:
             dt = dt.clamp(c.dt_min, c.dt_max)
-        # Heads of one group share its B and C.
-        B = B.view(T, G, 1, N).expand(T, G, H // G, N).reshape(T, H, N)
-        C = C.view(T, G, 1, N).expand(T, G, H // G, N).reshape(T, H, N)
-        xs = xs.view(T, H, P)
 
         # The recurrence, in fp32 whatever the state's storage dtype; its inputs are batched.
-        per_token = (torch.exp(dt * self.A), dt.view(T, H, 1) * xs, B, C)
+        # B and C travel as one tensor: while_loop rejects inputs that alias each other.
+        per_token = (torch.exp(dt * self.A), dt.view(T, H, 1) * xs, BC)
         if valid_len is None:
             S, y = _ssm_step(ssm.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views, no select
             y = y.view(1, H, P)
@@ -491,12 +488,15 @@ def _conv_windows(conv: torch.Tensor, xBC: torch.Tensor, valid_len: torch.Tensor
     return windows, inputs.index_select(1, kept)
 
 
-def _ssm_step(S, decay, dtx, B, C):
+def _ssm_step(S, decay, dtx, BC):
     """One SSM step for all heads: S [H,P,N] fp32; decay = exp(dt*A) [H]; dtx = dt*x [H,P];
-    B, C [H,N] (each head's group's). S' = S*decay + dtx ⊗ B; y = S'·C. Returns (S', y [H,P])."""
+    BC [2,G,N] (B, C per group; heads h of group g = h // (H/G) share them).
+    S' = S*decay + dtx ⊗ B; y = S'·C. Returns (S', y [H,P])."""
     H, P, N = S.shape
-    S = S * decay.view(H, 1, 1) + dtx.view(H, P, 1) * B.view(H, 1, N)
-    return S, (S @ C.view(H, N, 1)).view(H, P)
+    G = BC.shape[1]
+    B, C = BC[0].view(G, 1, 1, N), BC[1].view(G, 1, N, 1)
+    S = S.view(G, H // G, P, N) * decay.view(G, H // G, 1, 1) + dtx.view(G, H // G, P, 1) * B
+    return S.view(H, P, N), (S @ C).view(H, P)
 
 
 class _Mamba2Stack(nn.Module):
