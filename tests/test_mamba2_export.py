@@ -7,12 +7,13 @@ import hashlib
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import numpy as np
 import pytest
 import torch
 
-from ir_checks import writes_per_state
+from ir_checks import graph_texts, writes_per_state
 from mamba2_files import Geometry, transformers_logits, write_transformers_folder
 from ssmport.cli.main import main
 from ssmport.exporter import convert
@@ -89,12 +90,22 @@ def test_contract_names_order_shapes(fp32_bundle):
         assert runner.state("convState").any() and runner.state("ssmState").any()
 
 
-@pytest.mark.parametrize("quant", ["fp32", "int8keepproj"])
-def test_each_state_written_once_in_ir(folder, quant):
+@pytest.mark.parametrize("quant, groups", [("fp32", 2), ("int8keepproj", 2), ("fp32", 1)])
+def test_each_state_written_once_in_ir(folder, tmp_path, quant, groups):
+    """One write per state handle in both functions (decode and prefill), outside any loop.
+    One group (the released models) is a separate case: all heads then share B and C."""
+    if groups != GEOMETRY.groups:
+        folder = write_transformers_folder(tmp_path / "g", replace(GEOMETRY, groups=groups), seed=3, tied=False)
     model = load_checkpoint(folder)
-    program, signature = convert(model, WeightBuilder(get_recipe(quant), model.architecture.keeps_float), torch.float32)
-    assert signature.writes_per_state == {"convState": 1, "ssmState": 1}
-    assert writes_per_state(program) == {"convState": 1, "ssmState": 1}
+    builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
+    converted = convert(model, builder, torch.float32, prefill_chunk=4)
+    program = converted.program
+    assert converted.decode.writes_per_state == {"convState": 1, "ssmState": 1}
+    assert list(graph_texts(program)) == ["main", "prefill"]
+    for function in ("main", "prefill"):
+        assert writes_per_state(program, function, top_level_only=True) == {"convState": 1, "ssmState": 1}
+        assert writes_per_state(program, function) == {"convState": 1, "ssmState": 1}
+    assert "coreai.while" in graph_texts(program)["prefill"] and "coreai.while" not in graph_texts(program)["main"]
 
 
 def test_tokenizer_json_passthrough_and_cli(fp32_bundle, folder, capsys, tmp_path):

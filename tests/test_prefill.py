@@ -1,66 +1,42 @@
-"""Chunked prefill: the `prefill` function against the one-token-at-a-time paths.
+"""Chunked prefill (RWKV-7): the `prefill` function against the one-token-at-a-time paths.
 
-Prompt lengths 1, T-1, T, T+1 and 3T+5 cover a single padded chunk, an exact chunk, a
-chunk plus one, and several chunks with a short tail (T = 8 keeps the tests fast).
+The prompt lengths and the shared checks are in tests/prefill_checks.py.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 
+from prefill_checks import (
+    CHUNK,
+    LENGTHS,
+    assert_coreai_prefill_equals_m1_loop,
+    eager_modules,
+    prompt,
+    reference_run,
+    run_prefill,
+)
 from ssmport.prefill import PREFILL_INPUT_NAMES
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
 from ssmport.sources import load_checkpoint
 
-CHUNK = 8
-LENGTHS = (1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5)
-
-
-def prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
-    return np.random.default_rng(seed + n).integers(0, vocab, size=n).tolist()
-
-
 @pytest.fixture(scope="module")
 def prefill_bundle(blinkdl_pth, bundles, export_fn):
     return export_fn(blinkdl_pth, bundles, quant="fp32", gate_steps=6, prefill_chunk=CHUNK, name="prefill-t8")
-
-
-def _eager_prefill(model):
-    arch = model.architecture
-    builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
-    with torch.no_grad():
-        decode = arch.build_decode(model.config, model.weights, builder, torch.float32).eval()
-        return arch.build_prefill(model.config, decode, CHUNK).eval()
-
-
-def _run_prefill(module, tokens):
-    for name, _ in module.named_buffers():
-        getattr(module, name).zero_()
-    with torch.no_grad():
-        for start in range(0, len(tokens), CHUNK):
-            chunk = tokens[start : start + CHUNK]
-            ids = torch.zeros(1, CHUNK, dtype=torch.int32)
-            ids[0, : len(chunk)] = torch.tensor(chunk)
-            logits = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([len(chunk)], dtype=torch.int32))
-    return logits.view(-1)
 
 
 @pytest.mark.parametrize("n", LENGTHS)
 def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
     """torch eager prefill vs the plain reference step (BlinkDL layout), logits and states."""
     model = load_checkpoint(blinkdl_pth)
-    module = _eager_prefill(model)
+    module = eager_modules(model)[1]
     tokens = prompt(n, model.config.vocab_size)
-    got = _run_prefill(module, tokens)
+    got = run_prefill(module, tokens)
 
-    ref = model.architecture.reference(model.config, model.weights)
-    state = ref.zero_state()
-    for t in tokens:
-        want = ref.step(t, state)
+    want, state = reference_run(model, tokens)
     scale = float(want.abs().max())
     assert float((got - want).abs().max()) / scale < 1e-5
     for i in range(model.config.num_layers):
@@ -72,7 +48,7 @@ def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
 def test_padding_never_reaches_the_state(blinkdl_pth):
     """Same real tokens, different padding ids: identical logits and states."""
     model = load_checkpoint(blinkdl_pth)
-    module = _eager_prefill(model)
+    module = eager_modules(model)[1]
     outs = []
     for pad in (0, 7):
         for name, _ in module.named_buffers():
@@ -88,17 +64,7 @@ def test_padding_never_reaches_the_state(blinkdl_pth):
 @pytest.mark.parametrize("n", LENGTHS)
 def test_coreai_prefill_equals_m1_loop(prefill_bundle, n):
     """On the Core AI runtime: prefill's last logits and states vs `main` fed one by one."""
-    with Runner(prefill_bundle.path) as fast, Runner(prefill_bundle.path, prefill=False) as slow:
-        assert fast.has_prefill and fast.prefill_chunk == CHUNK and not slow.has_prefill
-        tokens = prompt(n, fast.vocab_size)
-        got, want = fast.feed(tokens), slow.feed(tokens)
-        assert got.shape == want.shape == (fast.vocab_size,)
-        assert np.abs(got - want).max() <= 1e-4
-        for name in fast.state_names:
-            assert np.abs(fast.state(name) - slow.state(name)).max() <= 1e-4
-        assert fast.tokens == slow.tokens == tokens
-        # decoding continues from the state prefill left
-        assert np.abs(fast.step(3) - slow.step(3)).max() <= 1e-4
+    assert_coreai_prefill_equals_m1_loop(prefill_bundle.path, n)
 
 
 def test_prefill_manifest_and_runtime_signature(prefill_bundle, dims):

@@ -30,6 +30,7 @@ from torch import nn
 from ssmport.architectures.base import Architecture, Preset
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
+from ssmport.prefill import last_valid, scan
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, register_states, write_once
 
@@ -424,44 +425,110 @@ class _Mixer(nn.Module):
         self.out_proj = mm(m + "out_proj.weight")
         self.out_bias = vec(m + "out_proj.bias") if cfg.use_bias else None
 
-    def forward(self, x, conv, ssm):
-        """x [1,D] fp32; conv [conv_dim,K], ssm [H,P,N] (state dtype). Returns new slices."""
+    def forward(self, x, conv, ssm, valid_len=None):
+        """One mixer over T tokens.
+
+        x [T,D] fp32; conv [conv_dim,K], ssm [H,P,N] (state dtype). Decode passes T=1 and
+        valid_len None; prefill passes a chunk and valid_len int32 [1] (rows >= valid_len are
+        padding: computed, never stored). Returns (out [T,D], new conv, new ssm).
+        """
         c = self.cfg
-        I, GN, H, P, N, G = (c.intermediate_size, c.n_groups * c.state_size, c.num_heads,
-                             c.head_dim, c.state_size, c.n_groups)  # fmt: skip
+        I, H, P, N, G = c.intermediate_size, c.num_heads, c.head_dim, c.state_size, c.n_groups
+        T = x.shape[0]
         zxbcdt = self.in_proj(_rms_norm(x, self.norm_w, c.norm_eps))
         if self.in_bias is not None:
             zxbcdt = zxbcdt + self.in_bias
         z, xBC, dt = zxbcdt.split([I, c.conv_dim, H], dim=-1)
 
-        window = torch.cat([conv[:, 1:].float(), xBC.view(c.conv_dim, 1)], dim=1)  # [conv_dim, K]
-        xBC = (window * self.conv_w).sum(-1)
+        windows, new_conv = _conv_windows(conv.float(), xBC, valid_len)  # [conv_dim, T, K]
+        xBC = (windows * self.conv_w.view(c.conv_dim, 1, c.conv_kernel)).sum(-1).t()  # [T, conv_dim]
         if self.conv_b is not None:
             xBC = xBC + self.conv_b
-        xs, B, C = F.silu(xBC).split([I, GN, GN])
+        xBC = F.silu(xBC)
+        xs, BC = xBC[:, :I].reshape(T, H, P), xBC[:, I:].reshape(T, 2, G, N)  # BC: B then C, per group
 
-        dt = F.softplus(dt.view(H) + self.dt_bias)
+        dt = F.softplus(dt + self.dt_bias)  # [T, H]
         if c.dt_min > 0 or c.dt_max is not None:
             dt = dt.clamp(c.dt_min, c.dt_max)
-        # Heads of one group share its B and C.
-        B = B.view(G, 1, N).expand(G, H // G, N).reshape(H, 1, N)
-        C = C.view(G, 1, N).expand(G, H // G, N).reshape(H, N, 1)
-        xs = xs.view(H, P, 1)
 
-        # The recurrence, in fp32 whatever the state's storage dtype.
-        S = ssm.float() * torch.exp(dt * self.A).view(H, 1, 1) + (dt.view(H, 1, 1) * xs) * B
-        y = (S @ C).view(H, P) + self.D.view(H, 1) * xs.view(H, P)
+        # The recurrence, in fp32 whatever the state's storage dtype; its inputs are batched.
+        # B and C travel as one tensor: while_loop rejects inputs that alias each other.
+        per_token = (torch.exp(dt * self.A), dt.view(T, H, 1) * xs, BC)
+        if valid_len is None:
+            S, y = _ssm_step(ssm.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views, no select
+            y = y.view(1, H, P)
+        else:
+            S, y = scan(_ssm_step, ssm.float(), per_token, valid_len, (H, P))
+        y = y + self.D.view(H, 1) * xs
 
-        y = y.view(1, I) * F.silu(z)  # gate first, then the grouped norm
-        groups = y.view(G, I // G)
-        y = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + c.norm_eps)).view(1, I) * self.gnorm_w
+        y = y.view(T, I) * F.silu(z)  # gate first, then the grouped norm
+        groups = y.view(T, G, I // G)
+        y = (groups * torch.rsqrt(groups.pow(2).mean(-1, keepdim=True) + c.norm_eps)).view(T, I) * self.gnorm_w
         out = self.out_proj(y)
         if self.out_bias is not None:
             out = out + self.out_bias
-        return out, window, S
+        return out, new_conv, S
 
 
-class Mamba2Decode(nn.Module):
+def _conv_windows(conv: torch.Tensor, xBC: torch.Tensor, valid_len: torch.Tensor | None):
+    """The depthwise causal conv's input windows for T new rows, and the new conv state.
+
+    conv [conv_dim, K] holds the last K inputs (oldest first), xBC [T, conv_dim] the new
+    ones. Token t's window is inputs t+1 .. t+K of [conv ; xBC] (K + T columns): returns
+    windows [conv_dim, T, K] and the K inputs ending at token valid_len-1 ([conv_dim, K];
+    a gather, so padding rows never enter the state).
+    """
+    K, T = conv.shape[1], xBC.shape[0]
+    inputs = torch.cat([conv, xBC.t()], dim=1)  # [conv_dim, K+T]
+    if valid_len is None:  # decode: T=1, one window, which is also the new state
+        window = inputs[:, 1:]
+        return window.view(-1, 1, K), window
+    windows = torch.stack([inputs[:, 1 + k : 1 + k + T] for k in range(K)], dim=-1)
+    kept = valid_len.long() + torch.arange(K)  # columns valid_len .. valid_len+K-1
+    return windows, inputs.index_select(1, kept)
+
+
+def _ssm_step(S, decay, dtx, BC):
+    """One SSM step for all heads: S [H,P,N] fp32; decay = exp(dt*A) [H]; dtx = dt*x [H,P];
+    BC [2,G,N] (B, C per group; heads h of group g = h // (H/G) share them).
+    S' = S*decay + dtx ⊗ B; y = S'·C. Returns (S', y [H,P])."""
+    H, P, N = S.shape
+    G = BC.shape[1]
+    B, C = BC[0].view(G, 1, 1, N), BC[1].view(G, 1, N, 1)
+    S = S.view(G, H // G, P, N) * decay.view(G, H // G, 1, 1) + dtx.view(G, H // G, P, 1) * B
+    return S.view(H, P, N), (S @ C).view(H, P)
+
+
+class _Mamba2Stack(nn.Module):
+    """What decode and prefill share: embedding, layers, head, and the state writes.
+
+    Subclasses set emb, layers, norm_f, head, residual_dtype and register the two states.
+    """
+
+    cfg: Mamba2Config
+
+    def run_layers(self, ids: torch.Tensor, valid_len: torch.Tensor | None) -> torch.Tensor:
+        """Embed `ids` [T], run every layer, write both states once; return x [T, D]."""
+        x = F.embedding(ids, self.emb).float()  # [T, D]
+        conv: list[torch.Tensor] = []
+        ssm: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            out, window, S = layer(x, read_layer(self.convState, i)[0], read_layer(self.ssmState, i)[0], valid_len)
+            x = x + out
+            if self.residual_dtype != torch.float32:
+                x = x.to(self.residual_dtype).float()
+            conv.append(window)
+            ssm.append(S)
+        write_once(self.convState, conv)
+        write_once(self.ssmState, ssm)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head on rows x [R, D] -> [R, V]."""
+        return self.head(_rms_norm(x, self.norm_f, self.cfg.norm_eps))
+
+
+class Mamba2Decode(_Mamba2Stack):
     """M=1 decode: (input_ids [1,1] int32, position_ids [1,1] int32) -> logits [1,1,V].
 
     States (buffers mutated in place, each written exactly once per call):
@@ -484,20 +551,33 @@ class Mamba2Decode(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         del position_ids  # positionless; kept in the signature for engine parity
-        x = F.embedding(input_ids.view(1), self.emb).float()  # [1, D]
-        conv: list[torch.Tensor] = []
-        ssm: list[torch.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            out, window, S = layer(x, read_layer(self.convState, i)[0], read_layer(self.ssmState, i)[0])
-            x = x + out
-            if self.residual_dtype != torch.float32:
-                x = x.to(self.residual_dtype).float()
-            conv.append(window)
-            ssm.append(S)
-        write_once(self.convState, conv)
-        write_once(self.ssmState, ssm)
-        x = _rms_norm(x, self.norm_f, self.cfg.norm_eps)
-        return self.head(x).view(1, 1, self.cfg.vocab_size)
+        x = self.run_layers(input_ids.view(1), None)  # [1, D]
+        return self.logits(x).view(1, 1, self.cfg.vocab_size)
+
+
+class Mamba2Prefill(_Mamba2Stack):
+    """Chunked prefill, T tokens per call, sharing every weight with the decode module.
+
+    (input_ids [1,T] int32, position_ids [1,T] int32, valid_len [1] int32) -> logits [1,1,V]
+    of token valid_len-1. Same states as Mamba2Decode, each written once. in_proj, the conv,
+    the gate, the norms and out_proj run on [T, ...] rows; only the SSM recurrence loops,
+    in-graph, for valid_len steps (`scan`).
+    """
+
+    def __init__(self, decode: Mamba2Decode, chunk: int):
+        super().__init__()
+        self.cfg, self.chunk = decode.cfg, chunk
+        # The decode module's own submodules and parameters: the same tensors, so the
+        # two-function asset stores each weight once.
+        self.emb, self.layers, self.norm_f, self.head = decode.emb, decode.layers, decode.norm_f, decode.head
+        self.residual_dtype = decode.residual_dtype
+        register_states(self, MAMBA2.state_specs(decode.cfg, decode.ssmState.dtype))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, valid_len: torch.Tensor) -> torch.Tensor:
+        del position_ids
+        x = self.run_layers(input_ids.view(self.chunk), valid_len)  # [T, D]
+        # Only the last real token's logits: the head is the largest matmul of a small model.
+        return self.logits(last_valid(x, valid_len)).view(1, 1, self.cfg.vocab_size)
 
 
 # --------------------------------------------------------------------------------------
@@ -557,6 +637,9 @@ class _Mamba2(Architecture):
 
     def build_decode(self, config, weights, builder, state_dtype) -> Mamba2Decode:
         return Mamba2Decode(config, weights, builder, state_dtype)
+
+    def build_prefill(self, config, decode: Mamba2Decode, chunk: int) -> Mamba2Prefill:
+        return Mamba2Prefill(decode, chunk)
 
     def reference(self, config, weights) -> Mamba2Reference:
         return Mamba2Reference(config, weights)

@@ -1,0 +1,70 @@
+"""Checks every architecture's chunked prefill is held to (tests/test_prefill.py, test_mamba2_prefill.py).
+
+Prompt lengths 1, T-1, T, T+1 and 3T+5 cover a single padded chunk, an exact chunk, a
+chunk plus one, and several chunks with a short tail (T = 8 keeps the tests fast).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from ssmport.runtime import Runner
+
+CHUNK = 8
+LENGTHS = (1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5)
+
+
+def prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
+    return np.random.default_rng(seed + n).integers(0, vocab, size=n).tolist()
+
+
+def run_prefill(module, tokens: list[int], pad: int = 0) -> torch.Tensor:
+    """Zero the eager prefill module's states, feed `tokens` chunk by chunk (the last one
+    padded with `pad`), return the last logits [V]."""
+    for name, _ in module.named_buffers():
+        getattr(module, name).zero_()
+    with torch.no_grad():
+        for start in range(0, len(tokens), CHUNK):
+            chunk = tokens[start : start + CHUNK]
+            ids = torch.full((1, CHUNK), pad, dtype=torch.int32)
+            ids[0, : len(chunk)] = torch.tensor(chunk)
+            logits = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([len(chunk)], dtype=torch.int32))
+    return logits.view(-1)
+
+
+def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int) -> None:
+    """On the Core AI runtime: prefill's last logits and states vs `main` fed one by one,
+    then one decode step from the state each left."""
+    with Runner(bundle_path) as fast, Runner(bundle_path, prefill=False) as slow:
+        assert fast.has_prefill and fast.prefill_chunk == CHUNK and not slow.has_prefill
+        tokens = prompt(n, fast.vocab_size)
+        got, want = fast.feed(tokens), slow.feed(tokens)
+        assert got.shape == want.shape == (fast.vocab_size,)
+        assert np.abs(got - want).max() <= 1e-4
+        for name in fast.state_names:
+            assert np.abs(fast.state(name) - slow.state(name)).max() <= 1e-4
+        assert fast.tokens == slow.tokens == tokens
+        # decoding continues from the state prefill left
+        assert np.abs(fast.step(3) - slow.step(3)).max() <= 1e-4
+
+
+def eager_modules(model):
+    """The fp32 eager decode module and the prefill module built on it (shared weights)."""
+    from ssmport.quant import get_recipe
+    from ssmport.quant.plan import WeightBuilder
+
+    arch = model.architecture
+    builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
+    with torch.no_grad():
+        decode = arch.build_decode(model.config, model.weights, builder, torch.float32).eval()
+        return decode, arch.build_prefill(model.config, decode, CHUNK).eval()
+
+
+def reference_run(model, tokens: list[int]):
+    """The plain reference loop over `tokens` from a zero state: (last logits [V], state)."""
+    ref = model.architecture.reference(model.config, model.weights)
+    state = ref.zero_state()
+    for t in tokens:
+        logits = ref.step(t, state)
+    return logits, state
