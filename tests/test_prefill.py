@@ -49,10 +49,9 @@ def _run_prefill(module, tokens):
     return logits.view(-1)
 
 
-@pytest.mark.parametrize("n", LENGTHS)
-def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
-    """torch eager prefill vs the plain reference step (BlinkDL layout), logits and states."""
-    model = load_checkpoint(blinkdl_pth)
+def prefill_vs_reference(model, n: int):
+    """Prefill module and reference loop on the same n-token prompt: (module, got logits,
+    reference logits, reference state), with the logits already checked (rel < 1e-5)."""
     module = _eager_prefill(model)
     tokens = prompt(n, model.config.vocab_size)
     got = _run_prefill(module, tokens)
@@ -61,8 +60,30 @@ def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
     state = ref.zero_state()
     for t in tokens:
         want = ref.step(t, state)
-    scale = float(want.abs().max())
-    assert float((got - want).abs().max()) / scale < 1e-5
+    assert float((got - want).abs().max()) / float(want.abs().max()) < 1e-5
+    return module, state
+
+
+def padded_outputs_agree(model, real: list[int]) -> None:
+    """Same real tokens, padding ids 0 and 7: identical logits and states."""
+    module = _eager_prefill(model)
+    outs = []
+    for pad in (0, 7):
+        for name, _ in module.named_buffers():
+            getattr(module, name).zero_()
+        ids = torch.tensor([real + [pad] * (CHUNK - len(real))], dtype=torch.int32)
+        with torch.no_grad():
+            logits = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([len(real)], dtype=torch.int32))
+        outs.append([logits.clone(), *(b.clone() for b in module.buffers())])
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
+    """torch eager prefill vs the plain reference step (BlinkDL layout), logits and states."""
+    model = load_checkpoint(blinkdl_pth)
+    module, state = prefill_vs_reference(model, n)
     for i in range(model.config.num_layers):
         assert torch.allclose(module.recState[i, 0], state["wkv"][i].transpose(1, 2), atol=1e-4)
         assert torch.allclose(module.shiftState[i, 0, 0], state["att_x"][i], atol=1e-5)
@@ -71,24 +92,13 @@ def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
 
 def test_padding_never_reaches_the_state(blinkdl_pth):
     """Same real tokens, different padding ids: identical logits and states."""
-    model = load_checkpoint(blinkdl_pth)
-    module = _eager_prefill(model)
-    outs = []
-    for pad in (0, 7):
-        for name, _ in module.named_buffers():
-            getattr(module, name).zero_()
-        ids = torch.tensor([[5, 9, 11] + [pad] * (CHUNK - 3)], dtype=torch.int32)
-        with torch.no_grad():
-            logits = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
-        outs.append((logits.clone(), module.recState.clone(), module.shiftState.clone()))
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
+    padded_outputs_agree(load_checkpoint(blinkdl_pth), [5, 9, 11])
 
 
-@pytest.mark.parametrize("n", LENGTHS)
-def test_coreai_prefill_equals_m1_loop(prefill_bundle, n):
-    """On the Core AI runtime: prefill's last logits and states vs `main` fed one by one."""
-    with Runner(prefill_bundle.path) as fast, Runner(prefill_bundle.path, prefill=False) as slow:
+def prefill_matches_m1_loop(bundle, n: int, then: tuple[int, ...] = (3,)) -> None:
+    """On the Core AI runtime: prefill's last logits and every state vs `main` fed one by
+    one (max |Δ| <= 1e-4); then decoding `then` continues from the state prefill left."""
+    with Runner(bundle) as fast, Runner(bundle, prefill=False) as slow:
         assert fast.has_prefill and fast.prefill_chunk == CHUNK and not slow.has_prefill
         tokens = prompt(n, fast.vocab_size)
         got, want = fast.feed(tokens), slow.feed(tokens)
@@ -97,8 +107,13 @@ def test_coreai_prefill_equals_m1_loop(prefill_bundle, n):
         for name in fast.state_names:
             assert np.abs(fast.state(name) - slow.state(name)).max() <= 1e-4
         assert fast.tokens == slow.tokens == tokens
-        # decoding continues from the state prefill left
-        assert np.abs(fast.step(3) - slow.step(3)).max() <= 1e-4
+        for t in then:
+            assert np.abs(fast.step(t) - slow.step(t)).max() <= 1e-4
+
+
+@pytest.mark.parametrize("n", LENGTHS)
+def test_coreai_prefill_equals_m1_loop(prefill_bundle, n):
+    prefill_matches_m1_loop(prefill_bundle.path, n)
 
 
 def test_prefill_manifest_and_runtime_signature(prefill_bundle, dims):
