@@ -83,13 +83,11 @@ def scratch_bundle(pth_fp32_bundle, tmp_path):
 
 @pytest.fixture(scope="session")
 def multi_function_bundle(bundles):
-    """rwkv7-tiny (synthetic, fp32, World tokenizer) whose asset has two functions, `main` and
-    `prefill` (here the same decode graph twice): the shape of asset that made the Swift
-    runtime abort at interpreter exit."""
-    from multifunction import rebuild_with_second_function
-
+    """rwkv7-tiny (synthetic, fp32, World tokenizer) with its two functions, `main` and
+    `prefill`: the shape of asset that made the Swift runtime abort at interpreter exit."""
     from ssmport.exporter import export
 
     result = export("rwkv7-tiny", bundles, synthetic=True, quant="fp32", gate=False, progress=False,
-                    name="rwkv7-tiny-two-functions")  # fmt: skip
-    return rebuild_with_second_function(result.path)
+                    name="rwkv7-tiny-two-functions", prefill_chunk=8)  # fmt: skip
+    assert result.manifest["prefill"]["function"] == "prefill"
+    return result.path

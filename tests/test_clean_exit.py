@@ -18,8 +18,8 @@ RUNS = 20
 TWO_FUNCTIONS = """
 import sys
 from ssmport.runtime import Runner
-main, prefill = Runner(sys.argv[1], "main"), Runner(sys.argv[1], "prefill")
-main.feed([1, 2, 3]); prefill.feed([4, 5])
+first, second = Runner(sys.argv[1]), Runner(sys.argv[1])  # each loads `main` and `prefill`
+first.feed(list(range(1, 12))); second.step(4); second.feed([5, 6])
 """  # neither runner is closed: the exit path must cope with that too
 
 
