@@ -57,7 +57,7 @@ class Recurrence(torch.nn.Module):
         for i in range(self.layers):
             S = self.read(self.recState, i)[0]  # [HV, dk, dv]
             if self.variant == "plain":
-                o, S = delta_rule_step(S, q * dk**-0.5, k, v, beta.view(HV, 1, 1), torch.exp(g).view(HV, 1, 1))
+                S, o = delta_rule_step(S, q * dk**-0.5, k, v, beta.view(HV, 1, 1), torch.exp(g).view(HV, 1, 1))
             else:  # the composite takes [B, H, S, D] and scales q itself
                 o, S = self.gdu(q.view(1, HV, 1, dk), k.view(1, HV, 1, dk), v.view(1, HV, 1, -1),
                                 g.view(1, HV, 1), beta.view(1, HV, 1), S.unsqueeze(0))  # fmt: skip

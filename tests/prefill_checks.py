@@ -33,9 +33,9 @@ def run_prefill(module, tokens: list[int], pad: int = 0) -> torch.Tensor:
     return logits.view(-1)
 
 
-def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int) -> None:
+def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int, then: tuple[int, ...] = (3,)) -> None:
     """On the Core AI runtime: prefill's last logits and states vs `main` fed one by one,
-    then one decode step from the state each left."""
+    then the decode steps `then` from the state each left."""
     with Runner(bundle_path) as fast, Runner(bundle_path, prefill=False) as slow:
         assert fast.has_prefill and fast.prefill_chunk == CHUNK and not slow.has_prefill
         tokens = prompt(n, fast.vocab_size)
@@ -46,7 +46,8 @@ def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int) -> None:
             assert np.abs(fast.state(name) - slow.state(name)).max() <= 1e-4
         assert fast.tokens == slow.tokens == tokens
         # decoding continues from the state prefill left
-        assert np.abs(fast.step(3) - slow.step(3)).max() <= 1e-4
+        for t in then:
+            assert np.abs(fast.step(t) - slow.step(t)).max() <= 1e-4
 
 
 def eager_modules(model):
@@ -68,3 +69,25 @@ def reference_run(model, tokens: list[int]):
     for t in tokens:
         logits = ref.step(t, state)
     return logits, state
+
+
+def prefill_vs_reference(model, n: int):
+    """The eager prefill module and the reference loop on the same n-token prompt, last
+    logits checked (rel < 1e-5); returns (module, reference state) for state checks."""
+    module = eager_modules(model)[1]
+    tokens = prompt(n, model.config.vocab_size)
+    got = run_prefill(module, tokens)
+    want, state = reference_run(model, tokens)
+    assert float((got - want).abs().max()) / float(want.abs().max()) < 1e-5
+    return module, state
+
+
+def padded_outputs_agree(model, real: list[int]) -> None:
+    """Same real tokens, padding ids 0 and 7: identical logits and states."""
+    module = eager_modules(model)[1]
+    outs = []
+    for pad in (0, 7):
+        logits = run_prefill(module, real, pad=pad)
+        outs.append([logits.clone(), *(b.clone() for b in module.buffers())])
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)

@@ -13,6 +13,7 @@ from prefill_checks import (
     LENGTHS,
     assert_coreai_prefill_equals_m1_loop,
     eager_modules,
+    padded_outputs_agree,
     prompt,
     reference_run,
     run_prefill,
@@ -47,18 +48,7 @@ def test_prefill_module_matches_reference_loop(blinkdl_pth, n):
 
 def test_padding_never_reaches_the_state(blinkdl_pth):
     """Same real tokens, different padding ids: identical logits and states."""
-    model = load_checkpoint(blinkdl_pth)
-    module = eager_modules(model)[1]
-    outs = []
-    for pad in (0, 7):
-        for name, _ in module.named_buffers():
-            getattr(module, name).zero_()
-        ids = torch.tensor([[5, 9, 11] + [pad] * (CHUNK - 3)], dtype=torch.int32)
-        with torch.no_grad():
-            logits = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([3], dtype=torch.int32))
-        outs.append((logits.clone(), module.recState.clone(), module.shiftState.clone()))
-    for a, b in zip(*outs):
-        assert torch.equal(a, b)
+    padded_outputs_agree(load_checkpoint(blinkdl_pth), [5, 9, 11])
 
 
 @pytest.mark.parametrize("n", LENGTHS)

@@ -28,6 +28,7 @@ from torch import nn
 from ssmport.architectures.base import Architecture, Preset
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
+from ssmport.prefill import last_valid, scan
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, read_layer_by_matmul, register_states, write_once
 
@@ -327,8 +328,8 @@ def delta_rule_step(S, q, k, v, beta, decay):
     """One gated delta-rule step for all value heads at once, as batched matmuls.
 
     S [HV, dk, dv]; q, k [HV, dk] (normalised, q scaled); v [HV, dv]; beta, decay [HV, 1, 1].
-    Returns (o [HV, dv], S'). Both reads of the state happen before the update, in one
-    matmul: with S_d = decay * S and S' = S_d + k u^T,
+    Returns (S', o [HV, dv]) (state first: the `prefill.scan` step convention). Both reads of
+    the state happen before the update, in one matmul: with S_d = decay * S and S' = S_d + k u^T,
         k^T S_d = decay * (k^T S)        and        q^T S' = decay * (q^T S) + (q . k) u,
     so the [HV, dk, dv] state (the bulk of the memory traffic) is read once and written once.
     """
@@ -338,7 +339,15 @@ def delta_rule_step(S, q, k, v, beta, decay):
     u = beta * (v.view(HV, 1, dv) - decay * k_S)  # [HV, 1, dv]
     o = decay * q_S + (q * k).sum(-1).view(HV, 1, 1) * u
     S = S * decay + k.view(HV, dk, 1) * u
-    return o.view(HV, dv), S
+    return S, o.view(HV, dv)
+
+
+def _short_conv(window: torch.Tensor, weight: torch.Tensor, T: int) -> torch.Tensor:
+    """The causal depthwise conv of T rows: window [W-1+T, D] (conv state, then the new rows;
+    oldest first), weight [W, D] -> [T, D]. Row t sums window[t : t+W] * weight."""
+    W = weight.shape[0]
+    taps = window.unsqueeze(0) if T == 1 else torch.stack([window[j : j + T] for j in range(W)], dim=1)
+    return (taps * weight).sum(1)  # [T, W, D] -> [T, D]
 
 
 class _Layer(nn.Module):
@@ -370,36 +379,53 @@ class _Layer(nn.Module):
         del gate_up
         self.down = b.matmul(m + "down_proj.weight", src[m + "down_proj.weight"].t(), "ffn")
 
-    def forward(self, x: torch.Tensor, conv: torch.Tensor, S: torch.Tensor):
-        """x [1,C] fp32; conv [W-1, D] and S [HV, dk, dv] in the state dtype. Returns x and new slices."""
+    def forward(self, x: torch.Tensor, conv: torch.Tensor, S: torch.Tensor, valid_len: torch.Tensor | None = None):
+        """One layer over T tokens.
+
+        x [T,C] fp32; conv [W-1, D] and S [HV, dk, dv] in the state dtype. Decode passes T=1
+        and valid_len None; prefill passes a chunk and valid_len int32 [1] (rows >= valid_len
+        are padding: computed, never stored). Returns x and the new conv and S slices.
+        """
         c = self.cfg
         H, HV, dk, dv = c.num_heads, c.num_v_heads, c.head_dim, c.head_v_dim
+        T = x.shape[0]
         h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.attn_norm
         parts = self.in_proj(h).split(self.in_split, dim=-1)
         qkv, a, beta_in = torch.cat(parts[:3], dim=-1), parts[3], parts[4]
 
-        window = torch.cat([conv.float(), qkv], dim=0)  # [W, D], oldest first
-        qkv = (window * self.conv_w).sum(0, keepdim=True)
+        window = torch.cat([conv.float(), qkv], dim=0)  # [W-1+T, D], oldest first
+        if valid_len is None:
+            new_conv = window[T:]
+        else:  # the W-1 pre-conv inputs ending at the last real token (window row valid_len+W-2)
+            taps = torch.arange(c.conv_size - 1, dtype=torch.int64)
+            new_conv = window.index_select(0, valid_len.long() + taps)
+        qkv = _short_conv(window, self.conv_w, T)
         if c.conv_bias:
             qkv = qkv + self.conv_b
         q, k, v = F.silu(qkv).split([c.key_dim, c.key_dim, c.value_dim], dim=-1)
 
-        q = q.view(H, dk)
-        k = k.view(H, dk)
+        q = q.reshape(T, H, dk)
+        k = k.reshape(T, H, dk)
         q = q * torch.rsqrt((q * q).sum(-1, keepdim=True) + L2NORM_EPS) * dk**-0.5
         k = k * torch.rsqrt((k * k).sum(-1, keepdim=True) + L2NORM_EPS)
         if c.group > 1:  # value head hv reads q/k head hv // group
-            q = q.view(H, 1, dk).expand(H, c.group, dk).reshape(HV, dk)
-            k = k.view(H, 1, dk).expand(H, c.group, dk).reshape(HV, dk)
-        beta = torch.sigmoid(beta_in).view(HV, 1, 1)
+            q = q.view(T, H, 1, dk).expand(T, H, c.group, dk).reshape(T, HV, dk)
+            k = k.view(T, H, 1, dk).expand(T, H, c.group, dk).reshape(T, HV, dk)
+        beta = torch.sigmoid(beta_in).view(T, HV, 1, 1)
         if c.allow_neg_eigval:
             beta = beta * 2.0
-        decay = torch.exp(self.neg_A * F.softplus(a + self.dt_bias)).view(HV, 1, 1)
+        decay = torch.exp(self.neg_A * F.softplus(a + self.dt_bias)).view(T, HV, 1, 1)
 
-        o, S = delta_rule_step(S.float(), q, k, v.view(HV, dv), beta, decay)  # fp32 whatever the state dtype
+        # The recurrence, in fp32 whatever the state dtype; the only part that loops.
+        per_token = (q, k, v.reshape(T, HV, dv), beta, decay)
+        if valid_len is None:
+            S, o = delta_rule_step(S.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views, no select
+            o = o.view(1, HV, dv)
+        else:
+            S, o = scan(delta_rule_step, S.float(), per_token, valid_len, (HV, dv))
 
         o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.o_norm
-        o = o.reshape(1, c.value_dim)
+        o = o.reshape(T, c.value_dim)
         if c.use_gate:
             o = o * F.silu(parts[5])
         x = x + self.o_proj(o)
@@ -407,10 +433,37 @@ class _Layer(nn.Module):
         h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.mlp_norm
         gate, up = self.gate_up(h).split([self.ffn_size, self.ffn_size], dim=-1)
         x = x + self.down(F.silu(gate) * up)
-        return x, window[1:], S
+        return x, new_conv, S
 
 
-class GatedDeltaNetDecode(nn.Module):
+class _GatedDeltaNetStack(nn.Module):
+    """What decode and prefill share: embedding, layers, final norm, head, and the state writes.
+
+    Subclasses set emb, layers, norm, head and register the two states.
+    """
+
+    cfg: GatedDeltaNetConfig
+
+    def run_layers(self, ids: torch.Tensor, valid_len: torch.Tensor | None) -> torch.Tensor:
+        """Embed `ids` [T], run every layer, write both states once; return x [T, C]."""
+        x = F.embedding(ids, self.emb).float()  # [T, C]
+        convs: list[torch.Tensor] = []
+        recs: list[torch.Tensor] = []
+        for i, layer in enumerate(self.layers):
+            # recState slices are large (786k floats per layer at 1.3B): read them by matmul
+            x, conv, S = layer(x, read_layer(self.convState, i)[0], read_layer_by_matmul(self.recState, i)[0], valid_len)
+            convs.append(conv)
+            recs.append(S)
+        write_once(self.convState, convs)
+        write_once(self.recState, recs)
+        return x
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final RMSNorm and LM head on rows x [R, C] -> [R, V]."""
+        return self.head(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * self.norm)
+
+
+class GatedDeltaNetDecode(_GatedDeltaNetStack):
     """M=1 decode: (input_ids [1,1] int32, position_ids [1,1] int32) -> logits [1,1,V].
 
     States (buffers mutated in place, each written exactly once per call):
@@ -430,18 +483,32 @@ class GatedDeltaNetDecode(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
         del position_ids  # positionless; kept in the signature for engine parity
-        x = F.embedding(input_ids.view(1), self.emb).float()  # [1, C]
-        convs: list[torch.Tensor] = []
-        recs: list[torch.Tensor] = []
-        for i, layer in enumerate(self.layers):
-            # recState slices are large (786k floats per layer at 1.3B): read them by matmul
-            x, conv, S = layer(x, read_layer(self.convState, i)[0], read_layer_by_matmul(self.recState, i)[0])
-            convs.append(conv)
-            recs.append(S)
-        write_once(self.convState, convs)
-        write_once(self.recState, recs)
-        x = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * self.norm
-        return self.head(x).view(1, 1, self.cfg.vocab_size)
+        x = self.run_layers(input_ids.view(1), None)  # [1, C]
+        return self.logits(x).view(1, 1, self.cfg.vocab_size)
+
+
+class GatedDeltaNetPrefill(_GatedDeltaNetStack):
+    """Chunked prefill, T tokens per call, sharing every weight with the decode module.
+
+    (input_ids [1,T] int32, position_ids [1,T] int32, valid_len [1] int32) -> logits [1,1,V]
+    of token valid_len-1. Same states as GatedDeltaNetDecode, each written once. Projections,
+    the short convs, norms, gates and the MLP run on [T, ·] rows; only the delta rule loops,
+    in-graph, for valid_len steps (`scan` over `delta_rule_step`, decode's own step).
+    """
+
+    def __init__(self, decode: GatedDeltaNetDecode, chunk: int):
+        super().__init__()
+        self.cfg, self.chunk = decode.cfg, chunk
+        # The decode module's own submodules and parameters: the same tensors, so the
+        # two-function asset stores each weight once.
+        self.emb, self.layers, self.norm, self.head = decode.emb, decode.layers, decode.norm, decode.head
+        register_states(self, GATED_DELTANET.state_specs(decode.cfg, decode.recState.dtype))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, valid_len: torch.Tensor) -> torch.Tensor:
+        del position_ids
+        x = self.run_layers(input_ids.view(self.chunk), valid_len)  # [T, C]
+        # Only the last real token's logits: the head is the largest matmul of a small model.
+        return self.logits(last_valid(x, valid_len)).view(1, 1, self.cfg.vocab_size)
 
 
 # --------------------------------------------------------------------------------------
@@ -492,6 +559,9 @@ class _GatedDeltaNet(Architecture):
 
     def build_decode(self, config, weights, builder, state_dtype) -> GatedDeltaNetDecode:
         return GatedDeltaNetDecode(config, weights, builder, state_dtype)
+
+    def build_prefill(self, config, decode: GatedDeltaNetDecode, chunk: int) -> GatedDeltaNetPrefill:
+        return GatedDeltaNetPrefill(decode, chunk)
 
     def reference(self, config, weights) -> GatedDeltaNetReference:
         return GatedDeltaNetReference(config, weights)
