@@ -6,8 +6,10 @@ sense above the model's own fp32 rounding floor. This runs the plain reference
 fp32 and in fp64 from the same fp32 weights, so only one layer is in memory at a time (a
 1.5B model runs in ~2 GB). Per layer it prints the residual stream's relative fp32 error
 (chained from layer 0, and local: this layer's fp32 fed the fp64 input) and, from the fp64
-run, the smallest ln_x input variance var(y) in units of ln_x_eps at step 0 and later.
-Finally max |Δlogits| per step, fp32 vs fp64, relative to the logit scale like the gate.
+run, the smallest ln_x input variance var(y) in units of ln_x_eps at step 0 and later, and
+the same two errors for the fp32 export-form layers (`_Layer`, what the gate's torch side
+runs). Finally max |Δlogits| per step of both fp32 forms vs fp64, relative to the logit
+scale like the gate (the export form's logits use the plain fp32 head here).
 
     flock /tmp/ssmport-heavy.lock python benchmarks/fp32_noise_floor.py rwkv7-1.5b --steps 8
     python benchmarks/fp32_noise_floor.py rwkv7-0.1b --layers 24   # 0.1B width, 24 layers
@@ -26,6 +28,8 @@ import torch.nn.functional as F
 from ssmport.architectures import rwkv7 as R
 from ssmport.checkpoint import GeneratedSource
 from ssmport.parity import default_prompts
+from ssmport.quant import get_recipe
+from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model
 from ssmport.tokenizers import load_tokenizer
 
@@ -77,6 +81,21 @@ def run_layer(ref, i, xs, dtype, v_firsts):
     return outs, vfs
 
 
+def run_export_layer(cfg, weights, i, xs, v_firsts):
+    """Block i of the fp32 export-form module (what the gate's torch side runs), token by token."""
+    layer = R._Layer(cfg, i, weights, WeightBuilder(get_recipe("fp32"), R.RWKV7.keeps_float))
+    rec = torch.zeros(cfg.num_heads, cfg.head_size, cfg.v_head)
+    shift = torch.zeros(2, cfg.hidden_size)
+    outs, vfs = [], []
+    with torch.no_grad():
+        for t, x in enumerate(xs):
+            x = x.float().view(1, -1)
+            x, rec, shift, vf = layer(x, rec, shift, x if v_firsts is None else v_firsts[t].float().view(1, -1))
+            outs.append(x.view(-1))
+            vfs.append(vf.view(-1))
+    return outs, vfs
+
+
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.double() - b).norm() / b.norm())
 
@@ -107,9 +126,10 @@ def main() -> None:
 
     emb = W["emb.weight"][tokens]
     x32, x64 = [ln0(e) for e in emb], [ln0(e.double()) for e in emb]
-    vf32 = vf64 = None
+    xe, vf32, vf64, vfe = list(x32), None, None, None
     print(f"{args.preset} L={cfg.num_layers} C={cfg.hidden_size} H={cfg.num_heads} tokens {tokens}")
-    print("layer  |x|@0   fp32 rel err @0 (chained, local)  min var(y)/eps @0 (heads <1)  later")
+    print("layer  |x|@0   fp32 rel err @0 (chained, local)  min var(y)/eps @0 (heads <1)  later"
+          "   export form rel err @0 (chained, local)")  # fmt: skip
     for i in range(cfg.num_layers):
         r32, r64 = layer_reference(cfg, W, i, torch.float32), layer_reference(cfg, W, i, torch.float64)
         variances: list[float] = []
@@ -119,20 +139,29 @@ def main() -> None:
         local, _ = run_layer(r32, i, [x.float() for x in x64], torch.float32,
                              None if vf64 is None else [q.float() for q in vf64])  # fmt: skip
         n32, nvf32 = run_layer(r32, i, x32, torch.float32, vf32)
+        ne, nvfe = run_export_layer(cfg, W, i, xe, vfe)
+        local_e, _ = run_export_layer(cfg, W, i, x64, vf64)
         later = f"{v[1:].min():9.3g}" if T > 1 else ""
         print(f"{i:5d} {float(n64[0].norm()):6.1f}   {rel(n32[0], n64[0]):.2e}  {rel(local[0], n64[0]):.2e}"
-              f"          {v[0].min():9.3g} ({int((v[0] < 1).sum())}/{cfg.num_heads})   {later}", flush=True)  # fmt: skip
-        x32, x64, vf32, vf64 = n32, n64, nvf32, nvf64
+              f"          {v[0].min():9.3g} ({int((v[0] < 1).sum())}/{cfg.num_heads})   {later}"
+              f"   {rel(ne[0], n64[0]):.2e}  {rel(local_e[0], n64[0]):.2e}", flush=True)  # fmt: skip
+        x32, x64, xe, vf32, vf64, vfe = n32, n64, ne, nvf32, nvf64, nvfe
 
     head, lw, lb = W["head.weight"], W["ln_out.weight"], W["ln_out.bias"]
-    l32 = torch.stack([head @ F.layer_norm(x, (cfg.hidden_size,), lw, lb, cfg.norm_eps) for x in x32]).double()
-    head, lw, lb = head.double(), lw.double(), lb.double()
-    l64 = torch.stack([head @ F.layer_norm(x, (cfg.hidden_size,), lw, lb, cfg.norm_eps) for x in x64])
-    delta = (l32 - l64).abs().amax(1)
+
+    def logits(xs, dtype):
+        h, w, b = head.to(dtype), lw.to(dtype), lb.to(dtype)
+        return torch.stack([h @ F.layer_norm(x.to(dtype), (cfg.hidden_size,), w, b, cfg.norm_eps) for x in xs]).double()
+
+    l64 = logits(x64, torch.float64)
     scale = max(1.0, float(l64.abs().max()))
-    print(f"logits fp32 vs fp64: scale {scale:.3g}; max |Δ| per step " + " ".join(f"{d:.2e}" for d in delta.tolist()))
-    print(f"max |Δ| {float(delta.max()):.3g} = {float(delta.max()) / scale:.2e} of scale; "
-          f"top-1 agree {(l32.argmax(1) == l64.argmax(1)).tolist()}")  # fmt: skip
+    print(f"logit scale (fp64) {scale:.3g}")
+    for label, xs in (("reference loop fp32", x32), ("export-form layers fp32 (plain head)", xe)):
+        l32 = logits(xs, torch.float32)
+        delta = (l32 - l64).abs().amax(1)
+        print(f"{label} vs fp64: max |Δ| per step " + " ".join(f"{d:.2e}" for d in delta.tolist()))
+        print(f"  max |Δ| {float(delta.max()):.3g} = {float(delta.max()) / scale:.2e} of scale; "
+              f"top-1 agree {(l32.argmax(1) == l64.argmax(1)).tolist()}")  # fmt: skip
 
 
 if __name__ == "__main__":
