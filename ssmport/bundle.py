@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ssmport.errors import BundleError, SsmportError
+from ssmport.interrupts import raise_if_interrupted
 
 MANIFEST = "manifest.json"
 ASSET = "model.aimodel"
@@ -103,6 +104,7 @@ def staged_directory(final: Path, overwrite: bool) -> Iterator[Path]:
         raise SsmportError(f"{final.parent}: cannot write there ({exc.strerror})") from None
     try:
         yield tmp
+        raise_if_interrupted()  # under interrupts_deferred(), a Ctrl-C so far stops it here
         if final.exists():
             trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
             os.replace(final, trash / final.name)

@@ -21,19 +21,15 @@ that bridge were measured here, and this loop works around both:
 A call must also never be abandoned half-way (a Ctrl-C arriving while the loop waits for it):
 the runtime would later resolve its future on a loop that may be closed by then (a fatal
 error in the bridge), and the states would be updated without the runner knowing.
-`interrupts_held()` delays a Ctrl-C until the call is complete.
+`ssmport.interrupts.interrupts_held()` delays a Ctrl-C until the call is complete.
 """
 
 from __future__ import annotations
 
 import asyncio
 import atexit
-import contextlib
-import signal
-import threading
 import time
 import weakref
-from collections.abc import Iterator
 
 SETTLE_TIMEOUT_S = 30.0  # a safety net only: the wait normally ends within microseconds
 
@@ -74,23 +70,3 @@ def settle(timeout: float = SETTLE_TIMEOUT_S) -> bool:
 
 
 atexit.register(settle)
-
-
-@contextlib.contextmanager
-def interrupts_held() -> Iterator[None]:
-    """Hold a SIGINT that arrives inside the block and deliver it when the block ends."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    if not callable(previous):  # SIG_IGN / SIG_DFL: nothing Python-level to defer
-        yield
-        return
-    caught: list[tuple] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught:
-            previous(*caught[0])  # the default handler raises KeyboardInterrupt here

@@ -35,6 +35,7 @@ from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, FORMAT, FORMAT_VERSION, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
 from ssmport.contract import GraphSignature, check_contract, graph_names, read_signature
 from ssmport.errors import SsmportError
+from ssmport.interrupts import interrupts_deferred
 from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
@@ -89,7 +90,7 @@ def export(
         raise SsmportError("--gate-steps must be at least 1 (or pass --no-gate)")
     if prefill_chunk is not None and prefill_chunk < 1:
         raise SsmportError("--prefill-chunk must be at least 1 (or pass --no-prefill)")
-    with Stages(enabled=progress) as stages:
+    with interrupts_deferred(), Stages(enabled=progress) as stages:  # see ssmport.interrupts
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
                 model = spec

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from rich.console import Console
 from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
 
+from ssmport.interrupts import raise_if_interrupted
+
 
 class Stages:
     """`with stages.stage("Converting"):` shows a spinner/bar per stage and its time."""
@@ -37,15 +39,18 @@ class Stages:
 
     @contextlib.contextmanager
     def stage(self, name: str, total: float | None = 1) -> Iterator[Stages]:
+        raise_if_interrupted()
         self._task = self._progress.add_task(name, total=total)
         start = time.perf_counter()
         try:
             yield self
+            raise_if_interrupted()
             self._progress.update(self._task, completed=self._progress.tasks[self._task].total or 1)
         finally:
             self.times[name] = time.perf_counter() - start
             self._task = None
 
     def advance(self, amount: float = 1) -> None:
+        raise_if_interrupted()
         if self._task is not None:
             self._progress.advance(self._task, amount)

@@ -28,8 +28,9 @@ import numpy as np
 
 from ssmport._quiet import native_stderr_filtered
 from ssmport.bundle import Bundle, write_json_atomic
-from ssmport.coreai_loop import CoreAILoop, interrupts_held, settle
+from ssmport.coreai_loop import CoreAILoop, settle
 from ssmport.errors import BundleError, SsmportError
+from ssmport.interrupts import interrupts_held
 from ssmport.sampling import sample_next
 from ssmport.session import StateSnapshot
 

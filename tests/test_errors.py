@@ -21,7 +21,9 @@ import pytest
 import torch
 
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
+from ssmport.bundle import staged_directory
 from ssmport.cli.main import main
+from ssmport.interrupts import interrupts_deferred
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -243,3 +245,26 @@ def test_ctrl_c_during_export(tmp_path):
     assert proc.returncode == 130, err
     assert err == "ssmport: interrupted\n"
     assert_no_bundle(out)
+
+
+def test_ctrl_c_during_export_is_deferred_to_a_safe_point(tmp_path):
+    # Raised where it lands, it was lost in torch.export's GC callbacks or aborted in its C++
+    # callbacks; recorded, it stops the export at the next safe point, here the final rename.
+    final = tmp_path / "out" / "bundle"
+    went_on = False
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        with staged_directory(final, overwrite=False) as staging:
+            os.kill(os.getpid(), signal.SIGINT)
+            (staging / "manifest.json").write_text("{}")
+            went_on = True
+    assert went_on
+    assert_no_bundle(final.parent)
+
+
+def test_a_second_ctrl_c_stops_at_once():
+    with pytest.raises(KeyboardInterrupt), interrupts_deferred():
+        os.kill(os.getpid(), signal.SIGINT)
+        reached = True
+        os.kill(os.getpid(), signal.SIGINT)
+        reached = False
+    assert reached
