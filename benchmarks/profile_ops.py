@@ -26,7 +26,7 @@ from ssmport.runtime import ensure_lowered
 CALL = "Function Execute"
 
 
-def profile(bundle: Bundle, calls: int, warmup: int = 2) -> tuple[list[list[tuple[str, int]]], float]:
+def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main") -> tuple[list[list[tuple[str, int]]], float]:
     from coreai.runtime import AIModel, NDArray, Profiler
 
     starts: dict[int, tuple[str, int]] = {}
@@ -44,15 +44,22 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2) -> tuple[list[list[tupl
     loop = asyncio.new_event_loop()
     with native_stderr_filtered():
         model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function("main", profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end))
+        fn = model.load_function(function, profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end))
     d = fn.desc
     states = {n: NDArray(np.zeros(d.state_descriptor(n).shape, np.dtype(d.state_descriptor(n).dtype))) for n in d.state_names}
     rng = np.random.default_rng(0)
     vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
 
+    rows = bundle.manifest["prefill"]["chunk"] if function != "main" else 1
+
     def call() -> None:
-        ids = NDArray(np.array([[rng.integers(1, vocab)]], np.int32))
-        loop.run_until_complete(fn(inputs={"input_ids": ids, "position_ids": NDArray(np.zeros((1, 1), np.int32))}, state=states))
+        inputs = {
+            "input_ids": NDArray(rng.integers(1, vocab, (1, rows)).astype(np.int32)),
+            "position_ids": NDArray(np.arange(rows, dtype=np.int32)[None]),
+        }
+        if function != "main":  # a full chunk
+            inputs["valid_len"] = NDArray(np.array([rows], np.int32))
+        loop.run_until_complete(fn(inputs=inputs, state=states))
 
     for _ in range(warmup):
         call()
@@ -89,10 +96,11 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bundle")
     p.add_argument("--calls", type=int, default=8)
+    p.add_argument("--function", default="main", help="main (one decode step) or prefill (one full chunk)")
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    per_call, profiled_ms = profile(Bundle.open(a.bundle), a.calls)
+    per_call, profiled_ms = profile(Bundle.open(a.bundle), a.calls, function=a.function)
     table = by_op_type(per_call)
     if a.json:
         print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table}, indent=2))
