@@ -105,7 +105,8 @@ def test_each_state_written_once_in_ir(folder, tmp_path, quant, groups):
     for function in ("main", "prefill"):
         assert writes_per_state(program, function, top_level_only=True) == {"convState": 1, "ssmState": 1}
         assert writes_per_state(program, function) == {"convState": 1, "ssmState": 1}
-    assert "coreai.while" in graph_texts(program)["prefill"] and "coreai.while" not in graph_texts(program)["main"]
+    # Prefill runs the SSM in its chunkwise (SSD) form: matmuls over the chunk, no in-graph loop.
+    assert not any("coreai.while" in text for text in graph_texts(program).values())
 
 
 def test_tokenizer_json_passthrough_and_cli(fp32_bundle, folder, capsys, tmp_path):

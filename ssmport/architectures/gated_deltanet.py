@@ -389,7 +389,7 @@ class _Layer(nn.Module):
         c = self.cfg
         H, HV, dk, dv = c.num_heads, c.num_v_heads, c.head_dim, c.head_v_dim
         T = x.shape[0]
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.attn_norm
+        h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + c.norm_eps) * self.attn_norm
         parts = self.in_proj(h).split(self.in_split, dim=-1)
         qkv, a, beta_in = torch.cat(parts[:3], dim=-1), parts[3], parts[4]
 
@@ -424,13 +424,13 @@ class _Layer(nn.Module):
         else:
             S, o = scan(delta_rule_step, S.float(), per_token, valid_len, (HV, dv))
 
-        o = o * torch.rsqrt(o.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.o_norm
+        o = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + c.norm_eps) * self.o_norm
         o = o.reshape(T, c.value_dim)
         if c.use_gate:
             o = o * F.silu(parts[5])
         x = x + self.o_proj(o)
 
-        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + c.norm_eps) * self.mlp_norm
+        h = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + c.norm_eps) * self.mlp_norm
         gate, up = self.gate_up(h).split([self.ffn_size, self.ffn_size], dim=-1)
         x = x + self.down(F.silu(gate) * up)
         return x, new_conv, S
@@ -460,7 +460,7 @@ class _GatedDeltaNetStack(nn.Module):
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final RMSNorm and LM head on rows x [R, C] -> [R, V]."""
-        return self.head(x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.cfg.norm_eps) * self.norm)
+        return self.head(x * torch.rsqrt((x * x).mean(-1, keepdim=True) + self.cfg.norm_eps) * self.norm)
 
 
 class GatedDeltaNetDecode(_GatedDeltaNetStack):
