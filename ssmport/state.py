@@ -104,7 +104,9 @@ def read_layer_by_matmul(buffer: torch.Tensor, i: int) -> torch.Tensor:
     index to the slice's size plus an element-wise gather, and a slice copies as slowly. For
     Gated DeltaNet's 786k-float slices (4 layers of the 1.3B geometry) one read + write per
     layer took 148 ms per call with `read_layer` and 56 ms with this (benchmarks/gdn_composite.py
-    profile, shared machine). Its cost grows with L x slice, so small slices keep `read_layer`.
+    profile, shared machine). Its cost grows with L x slice: once Gated DeltaNet's decode wrote
+    its state as a whole, `read_layer` was faster there (340m: 177 vs 242 ms/token), so no
+    built-in uses this today; it stays for benchmarks/gdn_composite.py and plugins.
     """
     layers = buffer.shape[0]
     onehot = torch.zeros(1, layers, dtype=buffer.dtype)

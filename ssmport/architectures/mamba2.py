@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import Architecture, Preset
+from ssmport.causal_conv import causal_conv
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.prefill import last_valid
@@ -441,7 +442,8 @@ class _Mixer(nn.Module):
             zxbcdt = zxbcdt + self.in_bias
         z, xBC, dt = zxbcdt.split([I, c.conv_dim, H], dim=-1)
 
-        xBC, new_conv = _causal_conv(conv.float(), xBC, self.conv_w.view(c.conv_dim, c.conv_kernel), valid_len)
+        xBC, new_conv = causal_conv(conv.float().t(), xBC, self.conv_w.view(c.conv_dim, c.conv_kernel).t(), valid_len)
+        new_conv = new_conv.t()  # convState keeps [conv_dim, K]: the K inputs, not K-1
         if self.conv_b is not None:
             xBC = xBC + self.conv_b
         xBC = F.silu(xBC)
@@ -467,40 +469,6 @@ class _Mixer(nn.Module):
         if self.out_bias is not None:
             out = out + self.out_bias
         return out, new_conv, S
-
-
-def _causal_conv(conv: torch.Tensor, xBC: torch.Tensor, weight: torch.Tensor, valid_len: torch.Tensor | None):
-    """The depthwise causal conv (without bias) over T new rows, and the new conv state.
-
-    conv [conv_dim, K] holds the last K inputs (oldest first), xBC [T, conv_dim] the new
-    ones, weight [conv_dim, K]. Token t's window is columns t+1 .. t+K of [conv | xBC^T].
-    Returns out [T, conv_dim] and the K inputs ending at token valid_len-1 ([conv_dim, K]),
-    so padding rows never enter the state.
-
-    Every column pick is a product with a 0/1 selection matrix, which is exact (1*v plus
-    zeros): on this runtime the concat + slices they replace cost 600 of a 130m prefill
-    chunk's 1,500 ms (runtime Profiler), and a slice + concat dominated a decode step's conv.
-    """
-    C, K = conv.shape
-    T = xBC.shape[0]
-    dtype = conv.dtype
-    if valid_len is None:  # decode: T=1, one window, which is also the new state
-        older = torch.diag(torch.ones(K - 1, dtype=dtype), -1)  # conv @ older = [conv[:, 1:], 0]
-        last = torch.zeros(1, K, dtype=dtype)
-        last[0, K - 1] = 1
-        window = conv @ older + xBC.t() * last
-        return (window * weight).sum(-1).view(1, C), window
-
-    def picks(columns: torch.Tensor) -> torch.Tensor:
-        """Input columns `columns` [R] of [conv | xBC^T], as rows [R, C]."""
-        from_conv = (columns.view(-1, 1) == torch.arange(K).view(1, K)).to(dtype)  # [R, K]
-        from_new = (columns.view(-1, 1) == torch.arange(K, K + T).view(1, T)).to(dtype)  # [R, T]
-        return from_conv @ conv.t() + from_new @ xBC
-
-    taps = torch.arange(K).view(K, 1) + torch.arange(T).view(1, T) + 1  # [K, T]: tap k of token t
-    out = (picks(taps.reshape(-1)).view(K, T, C) * weight.t().view(K, 1, C)).sum(0)
-    new_conv = picks(valid_len.long() + torch.arange(K)).t()  # columns valid_len .. valid_len+K-1
-    return out, new_conv
 
 
 def _ssd_chunk(S0, log_decay, dtx, BC, valid_len):
