@@ -128,6 +128,8 @@ def ensure_mamba2_folder(preset: str, work: Path) -> Path:
     print(f"writing the peer checkpoint {path}", flush=True)
     model = ssmport.load_model(preset, synthetic=True)
     c = model.config
+    if c.intermediate_size % c.hidden_size:
+        raise SystemExit(f"{preset}: d_inner {c.intermediate_size} is not an integer expand of {c.hidden_size}")
     # ssmport's own canonical -> transformers name table; the conv is stored as nn.Conv1d [C, 1, K].
     names = _checkpoint_names(c, "backbone.embeddings.weight", "lm_head.weight")
     tensors = {theirs: model.weights[ours].reshape(c.conv_dim, 1, c.conv_kernel) if ours.endswith("conv1d.weight")
@@ -141,8 +143,6 @@ def ensure_mamba2_folder(preset: str, work: Path) -> Path:
         "residual_in_fp32": c.residual_in_fp32, "tie_word_embeddings": False,
         "time_step_limit": [c.dt_min, c.dt_max if c.dt_max is not None else {"__float__": "Infinity"}],
     }  # fmt: skip
-    if c.intermediate_size % c.hidden_size:
-        raise SystemExit(f"{preset}: d_inner {c.intermediate_size} is not an integer expand of {c.hidden_size}")
     tmp = path.with_name(path.name + ".partial")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
