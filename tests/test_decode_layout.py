@@ -13,7 +13,9 @@ from ssmport.quant.recipes import get_recipe
 from ssmport.runtime import Runner
 
 
-@pytest.mark.parametrize("n_out, blocks", [(320, 1), (2048, 1), (3072, 3), (4096, 4), (65536, 64), (5000, 1)])
+@pytest.mark.parametrize(
+    "n_out, blocks", [(320, 1), (2048, 1), (3072, 3), (4096, 4), (65536, 64), (5000, 5), (3352, 4), (50288, 56), (4099, 1)]
+)
 def test_out_blocks(n_out, blocks):
     assert out_blocks(n_out) == blocks
 

@@ -520,8 +520,9 @@ class _Layer(nn.Module):
 
         x [T,C] fp32; rec [H,N,Nv] (state dtype); shift [2,C]. Decode passes T=1 and
         valid_len None; prefill passes a chunk and valid_len int32 [1] (rows >= valid_len are
-        padding: computed, never stored). Returns (x, rec_out, new shift [2,C], v_first), where
-        rec_out is the new state [H,N,Nv] (prefill) or the `WKVUpdate` to apply later (decode).
+        padding: computed, never stored). Returns (x, rec_out, (xa, xf), v_first): rec_out is
+        the new state [H,N,Nv] (prefill) or the `WKVUpdate` to apply later (decode); xa and xf
+        [1,C] are the new shift rows (time mix, channel mix).
         """
         c = self.cfg
         H, N, Nv = c.num_heads, c.head_size, c.v_head
@@ -546,16 +547,21 @@ class _Layer(nn.Module):
             v = v + (v_first - v) * torch.sigmoid(self.v0 + self.v2(self.v1(xv)))
 
         # The recurrence, in fp32 whatever the state's storage dtype.
-        per_token = (r.view(T, H, N), decay.view(T, H, N), kk, (kk * a.view(T, H, N)), k.view(T, H, N), v.view(T, H, Nv))
+        kka = kk * a.view(T, H, N)
         if valid_len is None:
-            y, rec_out = _wkv_decode(rec.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views
+            y, rec_out = _wkv_decode(rec.float(), r.view(H, N), decay.view(H, N), kk.view(H, N), kka.view(H, N),
+                                     k.view(H, N), v.view(H, Nv))  # fmt: skip
             y = y.view(1, H, Nv)
-        else:
-            rec_out, y = scan(_wkv_step, rec.float(), per_token, valid_len, (H, Nv))
+        else:  # rows shaped for _wkv_step's broadcasts, so the loop body reshapes nothing
+            rows, cols = (T, H, 1, -1), (T, H, -1, 1)
+            per_token = (r.view(rows), decay.view(cols), kk.view(rows), kka.view(cols), k.view(cols), v.view(rows))
+            S, y = scan(_wkv_step, rec.float().view(1, H, N, Nv), per_token, valid_len, (H, 1, Nv), keep_row_dim=True)
+            rec_out, y = S.view(H, N, Nv), y.view(T, H, Nv)
 
         mean = y.mean(dim=-1, keepdim=True)
-        var = ((y - mean) ** 2).mean(dim=-1, keepdim=True)
-        y = (y - mean) * torch.rsqrt(var + c.ln_x_eps)
+        centered = y - mean
+        var = (centered * centered).mean(dim=-1, keepdim=True)  # x*x, not x**2: pow is a slow op here
+        y = centered * torch.rsqrt(var + c.ln_x_eps)
         y = y.reshape(T, H * Nv) * self.lnx_w + self.lnx_b
         bonus = (r * k * self.r_k.view(1, H * N)).view(T, H, N).sum(dim=-1, keepdim=True)
         y = y + (bonus * v.view(T, H, Nv)).view(T, H * Nv)
@@ -564,29 +570,39 @@ class _Layer(nn.Module):
         # --- channel mix ---
         xf = _layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
         kf = xf + (_token_shift(xf, shift[1:2]) - xf) * self.ffn_mix
-        x = x + self.ffn_value(torch.relu(self.ffn_key(kf)) ** 2)
+        hidden = torch.relu(self.ffn_key(kf))
+        x = x + self.ffn_value(hidden * hidden)
 
         if valid_len is not None:  # the shift state is the last real token's
             xa, xf = last_valid(xa, valid_len), last_valid(xf, valid_len)
-        new_shift = torch.cat([xa, xf], dim=0)  # [2, C]
-        return x, rec_out, new_shift, v_first
+        return x, rec_out, (xa, xf), v_first
 
 
 def _token_shift(rows: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
-    """Each row's predecessor: [previous; rows[:-1]] for rows [T,C], previous [1,C]."""
+    """Each row's predecessor: [previous; rows[:-1]] for rows [T,C], previous [1,C].
+
+    For T > 1 as (sub-diagonal ones) @ rows + e0 * previous, which is exact (each element is
+    1*x plus zeros): on this runtime the slice + concat it replaces cost ~1.2 ms per call at
+    T=64, C=768, the product ~0.4 ms (benchmarks/profile_ops.py --function prefill)."""
     prev = previous.float()
-    return prev if rows.shape[0] == 1 else torch.cat([prev, rows[:-1]], dim=0)
+    T = rows.shape[0]
+    if T == 1:
+        return prev
+    below = torch.diag(torch.ones(T - 1, dtype=rows.dtype), -1)  # below[t, t-1] = 1
+    first = torch.zeros(T, 1, dtype=rows.dtype)
+    first[0, 0] = 1
+    return below @ rows + first * prev
 
 
 def _wkv_step(S, r, decay, kk, kka, k, v):
-    """One WKV-7 step for all heads: S [H,N,Nv] fp32; r/decay/kk/kka/k [H,N]; v [H,Nv].
+    """One WKV-7 step for all heads (prefill's loop body), shaped to broadcast without reshapes:
+    S [1,H,N,Nv] fp32; row vectors r, kk [1,H,1,N] and v [1,H,1,Nv]; column vectors decay,
+    kka = kk*a, k [1,H,N,1].
 
-    S' = diag(decay) S - (kk*a) (kk^T S) + k v^T;  y = r^T S'.  Returns (S', y [H,Nv]).
+    S' = diag(decay) S - (kk*a) (kk^T S) + k v^T;  y = r^T S'.  Returns (S', y [1,H,1,Nv]).
     """
-    H, N, Nv = S.shape
-    kk_S = kk.view(H, 1, N) @ S  # [H,1,Nv]
-    S = S * decay.view(H, N, 1) - kka.view(H, N, 1) * kk_S + k.view(H, N, 1) * v.view(H, 1, Nv)
-    return S, (r.view(H, 1, N) @ S).view(H, Nv)
+    S = S * decay - kka * (kk @ S) + k * v
+    return S, r @ S
 
 
 
@@ -595,7 +611,7 @@ def _wkv_decode(S, r, decay, kk, kka, k, v):
 
         r^T S' = (r*decay)^T S - (r.(kk*a)) (kk^T S) + (r.k) v^T
 
-    S [H,N,Nv] fp32 (the old state); vectors as in `_wkv_step`. Returns (y [H,Nv], update)."""
+    S [H,N,Nv] fp32 (the old state); r, decay, kk, kka = kk*a, k [H,N]; v [H,Nv]. Returns (y [H,Nv], update)."""
     H, N, Nv = S.shape
     kk_S = (kk.view(H, 1, N) @ S).view(H, Nv)
     y = (
@@ -624,7 +640,7 @@ class _RWKV7Stack(nn.Module):
                 x, read_layer(self.recState, i)[0], read_layer(self.shiftState, i)[0], v_first, valid_len
             )
             rec.append(rec_out)
-            shift.append(sh)
+            shift.extend(sh)  # 2L rows [1,C], stacked once: no per-layer concat (a slow op here)
         if valid_len is None:
             self.update_wkv(rec)
         else:

@@ -37,15 +37,22 @@ def rows_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 # on the Linux Core AI runtime `x @ W` streams a [2048, 8192] fp32 weight at ~13 GB/s but
 # 4-8 column blocks of it at ~26 GB/s (the machine's single-thread read bandwidth); the LM
 # head [C, 65536] likewise (benchmarks/matmul_shapes.py). Same dot products, same sums.
+# Widths that 1024 does not divide (a padded vocab of 50288, Mamba-2's in_proj of 3352) use
+# the widest divisor down to MIN_OUT_BLOCK: 768x50288 streamed at 12.3 GB/s plain and 24.9 in
+# 56 blocks of 898, 1024x4352 at 14.4 and 28.3 (benchmarks/matmul_shapes.py).
 OUT_BLOCK = 1024
+MIN_OUT_BLOCK = 256
 MAX_UNBLOCKED_OUT = 2048
 
 
 def out_blocks(n_out: int) -> int:
     """How many column blocks a weight with `n_out` outputs is stored as (1 = plain [in, out])."""
-    if n_out <= MAX_UNBLOCKED_OUT or n_out % OUT_BLOCK:
+    if n_out <= MAX_UNBLOCKED_OUT:
         return 1
-    return n_out // OUT_BLOCK
+    for width in range(OUT_BLOCK, MIN_OUT_BLOCK - 1, -1):
+        if n_out % width == 0:
+            return n_out // width
+    return 1
 
 
 class FloatMatmul(nn.Module):
