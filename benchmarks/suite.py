@@ -2,16 +2,24 @@
 memory bandwidth: one command, one measuring process, results.json + a PNG.
 
     pip install -e ".[bench]"
-    flock /tmp/ssmport-heavy.lock python benchmarks/suite.py            # rwkv7-0.1b, rwkv7-1.5b
+    flock /tmp/ssmport-heavy.lock python benchmarks/suite.py     # the four models below
 
-Per model (synthetic fp32 weights from the preset's fixed seed, so nothing is downloaded):
+Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per model
+(synthetic fp32 weights from the preset's fixed seed, so nothing is downloaded):
 
   coreai              the exported bundle on the Core AI runtime (single-threaded), timed at
                       the start and again at the end of the model's lines (drift check)
   torch eager         the same ssmport decode module run eagerly, 1 thread and torch's default
-  peer                rwkv7: BlinkDL's `rwkv` package, `RWKV_x070` (RWKV_V7_ON=1, JIT on,
-                      strategy "cpu fp32"), on the same weights written as a BlinkDL .pth;
-                      1 thread and default threads
+  peer                another implementation on the same weights, 1 thread and default threads:
+                      rwkv7: BlinkDL's `rwkv` package, `RWKV_x070` (RWKV_V7_ON=1, JIT on,
+                        strategy "cpu fp32"), the weights written as a BlinkDL .pth
+                      mamba2: transformers' `Mamba2ForCausalLM`, its pure-torch path (no
+                        mamba_ssm / causal_conv1d / hub kernels), one token per call with its
+                        cache, the weights written as a transformers folder
+                      gated_deltanet: none (see NO_PEER)
+                      Before it is timed, a peer must agree with ssmport's torch module on the
+                      first PEER_CHECK_TOKENS tokens' logits (max |Δ| <= PEER_MAX_REL_DELTA of
+                      the logit scale); one that does not is refused: no line, the reason kept
   roofline            weight bytes read per token (from the bundle's plan) / the single-thread
                       read bandwidth measured in this run (best numpy sum over 512 MB)
 
@@ -47,8 +55,15 @@ from ssmport.runtime import Runner
 from ssmport.sources import DEFAULT_SEED
 
 HERE = Path(__file__).resolve().parent
-DEFAULT_MODELS = ("rwkv7-0.1b", "rwkv7-1.5b")
+DEFAULT_MODELS = ("rwkv7-0.1b", "rwkv7-1.5b", "mamba2-130m", "gated-deltanet-340m")
 CONTEXTS = (128, 512, 2048, 8192, 32768)
+# A peer is timed only if it computes the same function: over its first PEER_CHECK_TOKENS
+# tokens (teacher-forced from a zero state), max |Δlogits| against ssmport's torch module must
+# stay within PEER_MAX_REL_DELTA of the logit scale (the reference's max |logit|, at least 1).
+# fp32 implementations differ by summation order: 1.3e-3 of scale at worst measured (rwkv7-1.5b
+# synthetic, export form vs fp64; benchmarks/README.md); a wrong weight or formula is O(1).
+PEER_CHECK_TOKENS = 8
+PEER_MAX_REL_DELTA = 1e-2
 
 
 # --------------------------------------------------------------------------------------
@@ -98,6 +113,47 @@ def ensure_blinkdl_pth(preset: str, work: Path) -> Path:
     return path
 
 
+def ensure_mamba2_folder(preset: str, work: Path) -> Path:
+    """The preset's synthetic weights as a transformers `Mamba2ForCausalLM` folder (config.json
+    + model.safetensors), for the transformers peer."""
+    import shutil
+
+    from safetensors.torch import save_file
+
+    from ssmport.architectures.mamba2 import _checkpoint_names
+
+    path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}-transformers"
+    if (path / "model.safetensors").is_file():
+        return path
+    print(f"writing the peer checkpoint {path}", flush=True)
+    model = ssmport.load_model(preset, synthetic=True)
+    c = model.config
+    if c.intermediate_size % c.hidden_size:
+        raise SystemExit(f"{preset}: d_inner {c.intermediate_size} is not an integer expand of {c.hidden_size}")
+    # ssmport's own canonical -> transformers name table; the conv is stored as nn.Conv1d [C, 1, K].
+    names = _checkpoint_names(c, "backbone.embeddings.weight", "lm_head.weight")
+    tensors = {theirs: model.weights[ours].reshape(c.conv_dim, 1, c.conv_kernel) if ours.endswith("conv1d.weight")
+               else model.weights[ours].contiguous() for ours, (theirs, _) in names.items()}  # fmt: skip
+    config = {
+        "model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"], "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size, "num_hidden_layers": c.num_layers, "num_heads": c.num_heads,
+        "head_dim": c.head_dim, "expand": c.intermediate_size // c.hidden_size, "state_size": c.state_size,
+        "n_groups": c.n_groups, "conv_kernel": c.conv_kernel, "use_conv_bias": c.use_conv_bias,
+        "use_bias": c.use_bias, "hidden_act": "silu", "layer_norm_epsilon": c.norm_eps,
+        "residual_in_fp32": c.residual_in_fp32, "tie_word_embeddings": False,
+        "time_step_limit": [c.dt_min, c.dt_max if c.dt_max is not None else {"__float__": "Infinity"}],
+    }  # fmt: skip
+    tmp = path.with_name(path.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(tensors, str(tmp / "model.safetensors"))
+    del tensors
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    return path
+
+
 # --------------------------------------------------------------------------------------
 # The lines
 # --------------------------------------------------------------------------------------
@@ -112,56 +168,180 @@ def coreai_line(bundle: Bundle, tokens: list[int], warmup: int) -> list[float]:
         return step_times_ms(runner.step, runner.reset, tokens, warmup)
 
 
-def torch_eager_lines(preset: str, tokens: list[int], warmup: int) -> dict:
+def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, **extra) -> dict:
+    """`prefix`_1thread and `prefix`_default: the same step timed at 1 thread and at torch's
+    default thread count."""
     import torch
 
+    lines = {}
+    default = torch.get_num_threads()
+    try:
+        for suffix, threads in (("1thread", 1), ("default", default)):
+            torch.set_num_threads(threads)
+            lines[f"{prefix}_{suffix}"] = summary(step_times_ms(step, reset, tokens, warmup), threads=threads, **extra)
+    finally:
+        torch.set_num_threads(default)
+    return lines
+
+
+def torch_eager_lines(preset: str, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
+    """The torch eager lines, and the logits of its first PEER_CHECK_TOKENS tokens from a zero
+    state (what a peer must reproduce)."""
     from ssmport.torch_runner import TorchRunner
 
-    lines = {}
-    default = torch.get_num_threads()
     ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
     try:
-        for label, threads in (("torch_eager_1thread", 1), ("torch_eager_default", default)):
-            torch.set_num_threads(threads)
-            lines[label] = summary(step_times_ms(ref.step, ref.reset, tokens, warmup), threads=threads)
+        ref.reset()
+        check_logits = ref.step_each(tokens[:PEER_CHECK_TOKENS])
+        return thread_lines("torch_eager", ref.step, ref.reset, tokens, warmup), check_logits
     finally:
-        torch.set_num_threads(default)
         ref.close()
-    return lines
 
 
-def rwkv_peer_lines(pth: Path, tokens: list[int], warmup: int) -> dict:
-    """BlinkDL's `rwkv` package (RWKV_x070) on the same weights, fp32 on the CPU."""
-    os.environ["RWKV_V7_ON"] = "1"
-    os.environ.setdefault("RWKV_JIT_ON", "1")
-    import torch
-    from rwkv.model import RWKV
+class Peer:
+    """Another implementation of the model: `step(token) -> logits`, `reset()`, `close()`."""
 
-    model = RWKV(str(pth.with_suffix("")), "cpu fp32")
-    holder: dict = {"state": None}
+    name: str
 
-    def step(t: int):
-        with torch.no_grad():
-            out, holder["state"] = model.forward([t], holder["state"])
-        return out
+    def step(self, token: int) -> np.ndarray:
+        raise NotImplementedError
 
-    def reset():
-        holder["state"] = None
+    def reset(self) -> None:
+        raise NotImplementedError
 
-    lines = {}
-    default = torch.get_num_threads()
-    try:
-        for label, threads in (("peer_1thread", 1), ("peer_default", default)):
-            torch.set_num_threads(threads)
-            lines[label] = summary(step_times_ms(step, reset, tokens, warmup), threads=threads, peer=f"rwkv=={version('rwkv')} RWKV_x070 cpu fp32")
-    finally:
-        torch.set_num_threads(default)
-        del model
+    def close(self) -> None:
         gc.collect()
-    return lines
 
 
-PEERS = {"rwkv7": (ensure_blinkdl_pth, rwkv_peer_lines)}
+class RwkvPackagePeer(Peer):
+    """BlinkDL's `rwkv` package (RWKV_x070) on the same weights, fp32 on the CPU."""
+
+    def __init__(self, pth: Path):
+        os.environ["RWKV_V7_ON"] = "1"
+        os.environ.setdefault("RWKV_JIT_ON", "1")
+        from rwkv.model import RWKV
+
+        self.name = f"rwkv=={version('rwkv')} RWKV_x070 cpu fp32"
+        self.model = RWKV(str(pth.with_suffix("")), "cpu fp32")
+        self.state = None
+
+    def step(self, token: int) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            out, self.state = self.model.forward([token], self.state)
+        return out.float().numpy()
+
+    def reset(self) -> None:
+        self.state = None
+
+    def close(self) -> None:
+        del self.model
+        super().close()
+
+
+# The functions of transformers' Mamba2Mixer that a kernel package or the `kernels` hub would
+# replace; each must dispatch to its own torch body.
+MAMBA2_KERNEL_FUNCTIONS = ("causal_conv1d_update", "causal_conv1d_fn", "mamba2_selective_state_update",
+                           "mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined")  # fmt: skip
+
+
+def require_torch_path_mamba2() -> str:
+    """Refuse unless transformers' Mamba-2 runs its pure-torch functions: no `kernels` hub,
+    mamba_ssm or causal_conv1d could swap one in. Returns how that was checked."""
+    import importlib.util
+    import inspect
+
+    from transformers.models.mamba2 import modeling_mamba2
+
+    for package in ("kernels", "mamba_ssm", "causal_conv1d"):
+        if importlib.util.find_spec(package) is not None:
+            raise SystemExit(f"transformers peer: `{package}` is installed, so Mamba2ForCausalLM may not run its torch path")
+    for name in MAMBA2_KERNEL_FUNCTIONS:
+        fn = getattr(modeling_mamba2, name)
+        # transformers' fallback wrapper keeps the function it dispatches to in its closure.
+        chosen = inspect.getclosurevars(fn).nonlocals.get("implementation")
+        if chosen is None or chosen is not getattr(fn, "__wrapped__", None):
+            raise SystemExit(f"transformers peer: {name} does not dispatch to transformers' torch body")
+    return "no kernels / mamba_ssm / causal_conv1d installed; each mixer function dispatches to its torch body"
+
+
+class TransformersMamba2Peer(Peer):
+    """transformers' Mamba2ForCausalLM, pure-torch path, fp32 CPU, one token per call with its cache."""
+
+    def __init__(self, folder: Path):
+        import torch
+        from transformers import Mamba2ForCausalLM
+
+        self.torch_path = require_torch_path_mamba2()
+        self.model, info = Mamba2ForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_kernels=False,
+                                                            output_loading_info=True)  # fmt: skip
+        self.model.eval()
+        unloaded = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
+        if unloaded:
+            raise SystemExit(f"transformers peer: {folder} did not load strictly: {unloaded}")
+        self.name = f"transformers=={version('transformers')} Mamba2ForCausalLM torch path, cpu fp32, use_cache"
+        self.cache = None
+
+    def step(self, token: int) -> np.ndarray:
+        import torch
+
+        with torch.no_grad():
+            out = self.model(torch.tensor([[token]]), cache_params=self.cache, use_cache=True)
+        self.cache = out.cache_params
+        return out.logits[0, -1].float().numpy()
+
+    def reset(self) -> None:
+        self.cache = None
+
+    def close(self) -> None:
+        del self.model, self.cache
+        super().close()
+
+
+# architecture -> (write the peer's checkpoint of a preset (cached), open a Peer on it)
+PEERS = {
+    "rwkv7": (ensure_blinkdl_pth, RwkvPackagePeer),
+    "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
+}
+# architecture -> why it has no peer line
+NO_PEER = {
+    "gated_deltanet": "no CPU implementation of the model to compare with: fla's GatedDeltaNetForCausalLM "
+    "(the reference implementation) runs its layers through Triton kernels, which need a GPU, and "
+    "transformers has no Gated DeltaNet LM (Qwen3-Next uses the rule inside a different hybrid model)",
+}
+
+
+def peer_agreement(reference: np.ndarray, got: np.ndarray) -> dict:
+    """max |Δlogits| of a peer against ssmport's torch module, absolute and relative to the
+    logit scale, and top-1 agreement; `passed` if within PEER_MAX_REL_DELTA."""
+    ref, got = reference.astype(np.float64), got.astype(np.float64)
+    scale = max(1.0, float(np.abs(ref).max()))
+    delta = float(np.abs(ref - got).max())
+    return {
+        "tokens": len(ref),
+        "max_abs_logit_delta": delta,
+        "logit_scale": scale,
+        "max_rel_logit_delta": delta / scale,
+        "limit_rel": PEER_MAX_REL_DELTA,
+        "top1_agree": int((ref.argmax(-1) == got.argmax(-1)).sum()),
+        "passed": delta / scale <= PEER_MAX_REL_DELTA,
+    }
+
+
+def peer_lines(peer: Peer, reference: np.ndarray, tokens: list[int], warmup: int) -> tuple[dict, dict]:
+    """(lines, peer record): the peer is checked against ssmport's logits, then timed if it agrees."""
+    peer.reset()
+    check = peer_agreement(reference, np.stack([peer.step(t) for t in tokens[: len(reference)]]))
+    record = {"name": peer.name, "agreement": check} | ({"torch_path": peer.torch_path} if hasattr(peer, "torch_path") else {})
+    verdict = "agrees" if check["passed"] else "REFUSED: computes something else"
+    print(f"  peer vs ssmport torch, {check['tokens']} tokens: max |Δlogits| {check['max_abs_logit_delta']:.3g} "
+          f"({check['max_rel_logit_delta']:.2e} of scale {check['logit_scale']:.3g}; limit {PEER_MAX_REL_DELTA:g}), "
+          f"top-1 {check['top1_agree']}/{check['tokens']}: {verdict}", flush=True)  # fmt: skip
+    if not check["passed"]:
+        record["refused"] = f"max |Δlogits| {check['max_rel_logit_delta']:.2e} of scale > {PEER_MAX_REL_DELTA:g}"
+        return {}, record
+    return thread_lines("peer", peer.step, peer.reset, tokens, warmup, peer=peer.name), record
 
 
 def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
@@ -176,12 +356,19 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     tokens = bench_tokens(vocab, steps + warmup)
     first = bench_bundle(bundle, steps=steps, warmup=warmup, roofline=False)  # loads + first decode pass
     print(f"[{preset}] torch eager", flush=True)
-    lines = torch_eager_lines(preset, tokens, warmup)
+    lines, check_logits = torch_eager_lines(preset, tokens, warmup)
     gc.collect()
     if peer:
         print(f"[{preset}] peer", flush=True)
-        lines |= peer[1](peer_input, tokens, warmup)
-        gc.collect()
+        opened = peer[1](peer_input)
+        try:
+            peer_timed, peer_record = peer_lines(opened, check_logits, tokens, warmup)
+        finally:
+            opened.close()
+        lines |= peer_timed
+    else:
+        peer_record = {"none": NO_PEER.get(arch, f"no peer is registered for {arch} (PEERS)")}
+        print(f"[{preset}] no peer: {peer_record['none']}", flush=True)
     print(f"[{preset}] Core AI again", flush=True)
     last_times = coreai_line(bundle, tokens, warmup)
     # The headline is the mean of the first and last passes' medians (they bracket the others).
@@ -197,6 +384,7 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
         "layers": cfg.get("num_layers"),
         "width": cfg.get("hidden_size"),
         **{k: first[k] for k in keys},
+        "peer": peer_record,
         "lines": lines,
     }
 
@@ -254,7 +442,7 @@ def plot(results: dict, path: Path) -> None:
 
     models = results["models"]
     labels = {"coreai": "ssmport Core AI", "torch_eager_1thread": "torch eager, 1 thread",
-              "torch_eager_default": "torch eager, default threads", "peer_1thread": "peer, 1 thread",
+              "torch_eager_default": "torch eager, default threads", "peer_1thread": "peer (rwkv / transformers), 1 thread",
               "peer_default": "peer, default threads"}  # fmt: skip
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     names = list(models)
@@ -265,23 +453,28 @@ def plot(results: dict, path: Path) -> None:
         ax1.bar(xs, ys, width, label=label)
     ax1.bar([i + len(labels) * width for i in range(len(names))], [models[n]["roofline_ms_per_token"] for n in names],
             width, label="bandwidth roofline", color="0.6", hatch="//")  # fmt: skip
+    for i, n in enumerate(names):  # say why a model has no peer bars
+        if not any(k.startswith("peer_") for k in models[n]["lines"]):
+            why = "peer refused" if "refused" in models[n]["peer"] else "no peer"
+            ax1.text(i + 3.5 * width, 0.02, why, rotation=90, fontsize=7, ha="center", va="bottom",
+                     transform=ax1.get_xaxis_transform())  # fmt: skip
     ax1.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names)
     ax1.set_yscale("log")
     ax1.set_ylabel("decode ms/token (log)")
     ax1.set_title("Decode, fp32, one process (lower is better)")
     ax1.legend(fontsize=8)
 
-    for n in names:
-        m = models[n]
-        ax2.plot(CONTEXTS, [m["state_bytes"] / 2**20] * len(CONTEXTS), marker="o", label=f"{n}: ssmport state")
+    for j, n in enumerate(names):  # one colour per model: its state (solid), a KV cache (dashed)
+        m, color = models[n], f"C{j}"
+        ax2.plot(CONTEXTS, [m["state_bytes"] / 2**20] * len(CONTEXTS), marker="o", color=color, label=f"{n}: ssmport state")
         kv = [kv_cache_bytes(m["layers"], m["width"], t) / 2**20 for t in CONTEXTS]
-        ax2.plot(CONTEXTS, kv, linestyle="--", label=f"{n}: KV cache of a same-size Transformer")
+        ax2.plot(CONTEXTS, kv, linestyle="--", color=color, label=f"{n}: KV cache, same-size Transformer")
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
     ax2.set_xlabel("context length (tokens)")
     ax2.set_ylabel("state memory, MiB (fp32, log)")
     ax2.set_title("Decode memory vs context")
-    ax2.legend(fontsize=8)
+    ax2.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -290,7 +483,11 @@ def table(results: dict) -> str:
     rows = ["| model | ssmport Core AI | torch eager 1 thread | torch eager default | peer 1 thread | peer default "
             "| roofline | % of roofline | effective GB/s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, m in results["models"].items():
-        cell = lambda k: f"{m['lines'][k]['ms_per_token']:.1f}" if k in m["lines"] else "n/a"  # noqa: E731
+        missing = "refused" if "refused" in m["peer"] else "none" if "none" in m["peer"] else "n/a"
+
+        def cell(k: str) -> str:
+            return f"{m['lines'][k]['ms_per_token']:.1f}" if k in m["lines"] else missing
+
         rows.append(
             f"| {name} | {cell('coreai')} | {cell('torch_eager_1thread')} | {cell('torch_eager_default')} "
             f"| {cell('peer_1thread')} | {cell('peer_default')} | {m['roofline_ms_per_token']:.1f} "
@@ -299,16 +496,32 @@ def table(results: dict) -> str:
     return "\n".join(rows)
 
 
+def parse_models(args: list[str]) -> list[str]:
+    """Preset names from space- and/or comma-separated arguments, in order, each once; an
+    unknown name is a one-line error before anything runs."""
+    from ssmport.architectures import presets
+
+    names = list(dict.fromkeys(n for arg in args for n in arg.split(",") if n))
+    known = presets()
+    unknown = [n for n in names if n not in known]
+    if unknown or not names:
+        raise SystemExit(f"--models: unknown preset(s) {', '.join(unknown) or '(none given)'}; known: {', '.join(sorted(known))}")
+    return names
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--models", default=",".join(DEFAULT_MODELS), help="comma-separated presets")
+    p.add_argument("--models", nargs="+", default=list(DEFAULT_MODELS),
+                   help=f"presets, space- or comma-separated (default: {' '.join(DEFAULT_MODELS)})")  # fmt: skip
     p.add_argument("--steps", type=int, default=64, help="timed tokens per line (default 64)")
     p.add_argument("--warmup", type=int, default=8)
     p.add_argument("--work", type=Path, default=Path(os.environ.get("SSMPORT_BENCH_WORK", Path.home() / ".cache" / "ssmport-bench")),
                    help="cache of exported bundles and peer checkpoints (outside git)")  # fmt: skip
-    p.add_argument("--out", type=Path, default=HERE / "results.json")
-    p.add_argument("--plot", type=Path, default=HERE / "results.png")
+    p.add_argument("--out", type=Path, default=HERE / "results.json", help="results JSON (default benchmarks/results.json)")
+    p.add_argument("--plot", type=Path, help="the PNG (default: --out with .png)")
     a = p.parse_args()
+    models = parse_models(a.models)
+    plot_path = a.plot or a.out.with_suffix(".png")
     a.work.mkdir(parents=True, exist_ok=True)
 
     results: dict = {
@@ -321,7 +534,7 @@ def main() -> None:
         "models": {},
     }
     bandwidth = [measure_read_bandwidth()]
-    for preset in a.models.split(","):
+    for preset in models:
         results["models"][preset] = run_model(preset, a.work, a.steps, a.warmup)
         bandwidth.append(measure_read_bandwidth())
     results["read_bandwidth_gb_per_s"] = {"samples": bandwidth, "used": max(bandwidth)}
@@ -333,10 +546,11 @@ def main() -> None:
         "contexts": list(CONTEXTS),
         "kv_cache_model": "2 * layers * width * context * 4 bytes (fp32 K and V, full multi-head attention)",
     }
+    a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, a.plot)
+    plot(results, plot_path)
     print(table(results))
-    print(f"wrote {a.out} and {a.plot}")
+    print(f"wrote {a.out} and {plot_path}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,88 @@
+"""benchmarks/suite.py's helpers: model selection, and that a peer is timed only when it
+computes what ssmport computes (the Mamba-2 transformers peer on mamba2-tiny, and a corrupted
+copy of its checkpoint, which must be refused)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import suite  # noqa: E402
+
+TOKENS = [5, 17, 300, 17, 2, 511, 64, 9]
+
+
+def test_models_accept_spaces_and_commas_once_each():
+    assert suite.parse_models(["mamba2-tiny,rwkv7-tiny", "gated-deltanet-tiny", "rwkv7-tiny"]) == [
+        "mamba2-tiny",
+        "rwkv7-tiny",
+        "gated-deltanet-tiny",
+    ]
+    with pytest.raises(SystemExit, match="unknown preset.*mamba3-tiny"):
+        suite.parse_models(["mamba2-tiny,mamba3-tiny"])
+
+
+def test_default_models_cover_every_landed_architecture():
+    from ssmport.architectures import presets
+
+    known = presets()
+    assert {known[n].architecture for n in suite.DEFAULT_MODELS} == {"rwkv7", "mamba2", "gated_deltanet"}
+    # every architecture either has a peer or a recorded reason for having none
+    assert all((a in suite.PEERS) != (a in suite.NO_PEER) for a in ("rwkv7", "mamba2", "gated_deltanet"))
+
+
+def test_peer_agreement_is_relative_to_the_logit_scale():
+    ref = np.random.default_rng(0).normal(0, 5, size=(4, 32)).astype(np.float32)
+    assert suite.peer_agreement(ref, ref + 1e-4)["passed"]
+    off = suite.peer_agreement(ref, ref[::-1].copy())
+    assert not off["passed"] and off["max_rel_logit_delta"] > suite.PEER_MAX_REL_DELTA
+
+
+def _ssmport_logits(preset: str) -> np.ndarray:
+    import ssmport
+    from ssmport.torch_runner import TorchRunner
+
+    ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
+    ref.reset()
+    return ref.step_each(TOKENS)
+
+
+def test_transformers_mamba2_peer_runs_the_same_weights(tmp_path):
+    folder = suite.ensure_mamba2_folder("mamba2-tiny", tmp_path)
+    peer = suite.TransformersMamba2Peer(folder)
+    try:
+        lines, record = suite.peer_lines(peer, _ssmport_logits("mamba2-tiny"), TOKENS, warmup=2)
+    finally:
+        peer.close()
+    assert record["agreement"]["passed"] and record["agreement"]["top1_agree"] == len(TOKENS)
+    assert record["agreement"]["max_rel_logit_delta"] < 1e-5  # fp32 both sides: summation order only
+    assert set(lines) == {"peer_1thread", "peer_default"} and lines["peer_1thread"]["samples"] == len(TOKENS) - 2
+
+
+def test_a_peer_on_other_weights_is_refused(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    folder = suite.ensure_mamba2_folder("mamba2-tiny", tmp_path)
+    tensors = load_file(folder / "model.safetensors")
+    tensors["lm_head.weight"] = -tensors["lm_head.weight"]  # every logit's sign flipped
+    save_file(tensors, str(folder / "model.safetensors"))
+    peer = suite.TransformersMamba2Peer(folder)
+    try:
+        lines, record = suite.peer_lines(peer, _ssmport_logits("mamba2-tiny"), TOKENS, warmup=2)
+    finally:
+        peer.close()
+    assert lines == {} and "refused" in record and not record["agreement"]["passed"]
+
+
+def test_the_mamba2_folder_loads_strictly_or_not_at_all(tmp_path):
+    folder = suite.ensure_mamba2_folder("mamba2-tiny", tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 3}))
+    with pytest.raises(SystemExit, match="did not load strictly"):
+        suite.TransformersMamba2Peer(folder)
