@@ -560,7 +560,7 @@ class _Layer(nn.Module):
 
         mean = y.mean(dim=-1, keepdim=True)
         centered = y - mean
-        var = (centered * centered).mean(dim=-1, keepdim=True)  # x*x, not x**2: pow is a slow op here
+        var = (centered * centered).mean(dim=-1, keepdim=True)  # x*x, not x**2: this runtime's pow is slow and not exact
         y = centered * torch.rsqrt(var + c.ln_x_eps)
         y = y.reshape(T, H * Nv) * self.lnx_w + self.lnx_b
         bonus = (r * k * self.r_k.view(1, H * N)).view(T, H, N).sum(dim=-1, keepdim=True)
@@ -611,7 +611,8 @@ def _wkv_decode(S, r, decay, kk, kka, k, v):
 
         r^T S' = (r*decay)^T S - (r.(kk*a)) (kk^T S) + (r.k) v^T
 
-    S [H,N,Nv] fp32 (the old state); r, decay, kk, kka = kk*a, k [H,N]; v [H,Nv]. Returns (y [H,Nv], update)."""
+    S [H,N,Nv] fp32 (the old state); r, decay, kk, kka = kk*a, k [H,N]; v [H,Nv].
+    Returns (y [H,Nv], the WKVUpdate)."""
     H, N, Nv = S.shape
     kk_S = (kk.view(H, 1, N) @ S).view(H, Nv)
     y = (
