@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from gdn_files import GDNDims, write_gdn_folder
-from ir_checks import writes_per_state
+from ir_checks import graph_texts, writes_per_state
+from ssmport.architectures.gated_deltanet import delta_rule_chunk, delta_rule_step
 from ssmport.exporter import convert, export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
@@ -75,6 +77,29 @@ def test_prefill_shares_weights_and_writes_each_state_once(tiny):
     assert writes_per_state(program, "prefill") == writes_per_state(program, "prefill", top_level_only=True)
     assert writes_per_state(program, "prefill") == {"convState": 1, "recState": 1}
     assert writes_per_state(program) == {"convState": 1, "recState": 1}
+    # The delta rule runs in its chunkwise form: no in-graph loop in either function.
+    assert not any("coreai.while" in text for text in graph_texts(program).values())
+
+
+@pytest.mark.parametrize("T, valid, beta_max", [(64, 64, 1.0), (64, 37, 2.0), (5, 5, 2.0), (1, 1, 1.0)])
+def test_chunkwise_form_equals_the_step_loop(T, valid, beta_max):
+    """delta_rule_chunk (the WY form with its product-of-powers inverse) against T steps of
+    delta_rule_step, in float64 so only the algebra is compared; beta up to 2 is
+    allow_neg_eigval, the largest entries the inverse sees. Padding rows change nothing."""
+    g = torch.Generator().manual_seed(T + valid)
+    HV, dk, dv = 3, 16, 24
+    q, k = (F.normalize(torch.randn(T, HV, dk, generator=g, dtype=torch.float64), dim=-1) for _ in range(2))
+    v = torch.randn(T, HV, dv, generator=g, dtype=torch.float64)
+    beta = torch.rand(T, HV, generator=g, dtype=torch.float64) * beta_max
+    log_decay = -torch.rand(T, HV, generator=g, dtype=torch.float64)
+    S0 = torch.randn(HV, dk, dv, generator=g, dtype=torch.float64)
+
+    S_chunk, O_chunk = delta_rule_chunk(S0, q, k, v, beta, log_decay, torch.tensor([valid]))
+    S = S0
+    for t in range(valid):
+        S, o = delta_rule_step(S, q[t], k[t], v[t], beta[t].view(HV, 1, 1), torch.exp(log_decay[t]).view(HV, 1, 1))
+        torch.testing.assert_close(O_chunk[t], o, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(S_chunk, S, rtol=1e-9, atol=1e-9)
 
 
 @pytest.mark.parametrize("n", LENGTHS)

@@ -29,7 +29,7 @@ from ssmport.architectures.base import Architecture, Preset
 from ssmport.causal_conv import causal_conv
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
-from ssmport.prefill import last_valid, scan
+from ssmport.prefill import last_valid
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec, read_layer, register_states, stack_rows, write_once
 
@@ -329,7 +329,8 @@ def delta_rule_step(S, q, k, v, beta, decay):
     """One gated delta-rule step for all value heads at once, as batched matmuls.
 
     S [HV, dk, dv]; q, k [HV, dk] (normalised, q scaled); v [HV, dv]; beta, decay [HV, 1, 1].
-    Returns (S', o [HV, dv]) (state first: the `prefill.scan` step convention). Both reads of
+    Returns (S', o [HV, dv]): the one-step form (benchmarks/gdn_composite.py; decode runs its
+    reads and defers the update, prefill the chunkwise form). Both reads of
     the state happen before the update, in one matmul: with S_d = decay * S and S' = S_d + k u^T,
         k^T S_d = decay * (k^T S)        and        q^T S' = decay * (q^T S) + (q . k) u,
     so the [HV, dk, dv] state (the bulk of the memory traffic) is read once and written once.
@@ -348,6 +349,45 @@ def _delta_rule_reads(S, q, k, v, beta, decay):
     u = beta * (v.view(HV, 1, dv) - decay * k_S)  # [HV, 1, dv]
     o = decay * q_S + (q * k).sum(-1).view(HV, 1, 1) * u
     return o.view(HV, dv), u
+
+
+def delta_rule_chunk(S0, q, k, v, beta, log_decay, valid_len):
+    """The gated delta rule over a chunk of T tokens in its chunkwise (WY) form: matmuls, no loop.
+
+    S0 [HV,dk,dv] fp32; q, k [T,HV,dk] (normalised, q scaled); v [T,HV,dv]; beta and
+    log_decay = log g [T,HV]. Per head, with cum[t] the prefix sum of log g and
+    D[t,s] = exp(cum[t] - cum[s]) for s <= t, the step S_t = g_t S_{t-1} + k_t u_t^T,
+    u_t = beta_t (v_t - g_t S_{t-1}^T k_t), o_t = S_t^T q_t unrolls to
+
+        (I + L) U = beta (V - exp(cum) K S0),   L[t,s] = beta_t D[t,s] (k_t . k_s) for s < t
+        O   = exp(cum) Q S0 + (D o Q K^T) U
+        S_T = exp(cum[T-1]) S0 + K^T (D[T-1, :] U)
+
+    L is strictly lower triangular, so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)... with
+    ceil(log2 T) factors: exact in exact arithmetic, and only T x T matmuls. Rows t >= valid_len
+    are padding: beta = 0 and g = 1 there, so they change nothing. Returns (S_T, O [T,HV,dv]).
+    """
+    T = q.shape[0]
+    dtype = S0.dtype
+    real = (torch.arange(T) < valid_len).to(dtype).view(T, 1)
+    beta, log_decay = beta * real, log_decay * real
+    up_to = torch.tril(torch.ones(T, T, dtype=dtype))  # up_to[t, s] = s <= t
+    eye = torch.eye(T, dtype=dtype)
+    cum = (up_to @ log_decay).t()  # [HV, T]
+    D = torch.exp((cum.unsqueeze(2) - cum.unsqueeze(1)) * up_to) * up_to  # [HV, T, T]; 0 above the diagonal
+    Q, K, V = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [HV, T, d]
+    B = beta.t().unsqueeze(2)  # [HV, T, 1]
+    G = torch.exp(cum).unsqueeze(2)  # [HV, T, 1]
+    minus_L = -B * (K @ K.transpose(1, 2)) * D * (up_to - eye)
+    inverse, power = eye + minus_L, minus_L
+    for _ in range(max(0, math.ceil(math.log2(T)) - 1)):
+        power = power @ power
+        inverse = inverse @ (eye + power)
+    U = inverse @ (B * (V - G * (K @ S0)))  # [HV, T, dv]
+    O = G * (Q @ S0) + ((Q @ K.transpose(1, 2)) * D) @ U
+    to_end = D[:, T - 1, :].unsqueeze(2)  # [HV, T, 1]: exp(cum[T-1] - cum[s])
+    S = torch.exp(cum[:, T - 1]).view(-1, 1, 1) * S0 + (K * to_end).transpose(1, 2) @ U
+    return S, O.transpose(0, 1).contiguous()
 
 
 class DeltaUpdate(NamedTuple):
@@ -426,15 +466,16 @@ class _Layer(nn.Module):
         beta = torch.sigmoid(beta_in).view(T, HV, 1, 1)
         if c.allow_neg_eigval:
             beta = beta * 2.0
-        decay = torch.exp(self.neg_A * F.softplus(a + self.dt_bias)).view(T, HV, 1, 1)
+        log_decay = self.neg_A * F.softplus(a + self.dt_bias)  # [T, HV]
 
-        # The recurrence, in fp32 whatever the state dtype; the only part that loops.
-        per_token = (q, k, v.reshape(T, HV, dv), beta, decay)
+        # The recurrence, in fp32 whatever the state dtype.
+        v = v.reshape(T, HV, dv)
         if valid_len is None:
-            o, S = delta_rule_decode(S.float(), *(t.view(t.shape[1:]) for t in per_token))  # T=1: views, no select
+            o, S = delta_rule_decode(S.float(), q.view(HV, dk), k.view(HV, dk), v.view(HV, dv), beta.view(HV, 1, 1),
+                                     torch.exp(log_decay).view(HV, 1, 1))  # fmt: skip
             o = o.view(1, HV, dv)
         else:
-            S, o = scan(delta_rule_step, S.float(), per_token, valid_len, (HV, dv))
+            S, o = delta_rule_chunk(S.float(), q, k, v, beta.view(T, HV), log_decay, valid_len)
 
         o = o * torch.rsqrt((o * o).mean(-1, keepdim=True) + c.norm_eps) * self.o_norm
         o = o.reshape(T, c.value_dim)
@@ -517,8 +558,8 @@ class GatedDeltaNetPrefill(_GatedDeltaNetStack):
 
     (input_ids [1,T] int32, position_ids [1,T] int32, valid_len [1] int32) -> logits [1,1,V]
     of token valid_len-1. Same states as GatedDeltaNetDecode, each written once. Projections,
-    the short convs, norms, gates and the MLP run on [T, ·] rows; only the delta rule loops,
-    in-graph, for valid_len steps (`scan` over `delta_rule_step`, decode's own step).
+    the short convs, norms, gates and the MLP run on [T, ·] rows, and the delta rule in its
+    chunkwise form (`delta_rule_chunk`): matmuls over the chunk, no per-token loop.
     """
 
     def __init__(self, decode: GatedDeltaNetDecode, chunk: int):
