@@ -247,7 +247,16 @@ def test_ctrl_c_during_export(tmp_path):
     assert_no_bundle(out)
 
 
-def test_ctrl_c_during_export_is_deferred_to_a_safe_point(tmp_path):
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler, whatever this process inherited: a shell's background job
+    starts with SIGINT ignored, and then there is no Ctrl-C to defer."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
+
+
+def test_ctrl_c_during_export_is_deferred_to_a_safe_point(tmp_path, python_sigint_handler):
     # Raised where it lands, it was lost in torch.export's GC callbacks or aborted in its C++
     # callbacks; recorded, it stops the export at the next safe point, here the final rename.
     final = tmp_path / "out" / "bundle"
@@ -261,7 +270,7 @@ def test_ctrl_c_during_export_is_deferred_to_a_safe_point(tmp_path):
     assert_no_bundle(final.parent)
 
 
-def test_a_second_ctrl_c_stops_at_once():
+def test_a_second_ctrl_c_stops_at_once(python_sigint_handler):
     with pytest.raises(KeyboardInterrupt), interrupts_deferred():
         os.kill(os.getpid(), signal.SIGINT)
         reached = True

@@ -581,17 +581,18 @@ class _Layer(nn.Module):
 def _token_shift(rows: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
     """Each row's predecessor: [previous; rows[:-1]] for rows [T,C], previous [1,C].
 
-    For T > 1 as (sub-diagonal ones) @ rows + e0 * previous, which is exact (each element is
-    1*x plus zeros): on this runtime the slice + concat it replaces cost ~1.2 ms per call at
-    T=64, C=768, the product ~0.4 ms (benchmarks/profile_ops.py --function prefill)."""
+    For T > 1 as a row lookup of rows t-1 (`embedding`, which this runtime runs as a fast
+    gather) with row 0 replaced by `previous` through a 0/1 mask, which is exact: the slice +
+    concat it replaces cost ~1.2 ms per call at T=64, C=768 (benchmarks/profile_ops.py
+    --function prefill). A T x T shift matrix would do too, but is a constant the asset stores."""
     prev = previous.float()
     T = rows.shape[0]
     if T == 1:
         return prev
-    below = torch.diag(torch.ones(T - 1, dtype=rows.dtype), -1)  # below[t, t-1] = 1
+    earlier = torch.arange(T).clamp(min=1) - 1  # row 0 looks up row 0; the mask drops it
     first = torch.zeros(T, 1, dtype=rows.dtype)
     first[0, 0] = 1
-    return below @ rows + first * prev
+    return F.embedding(earlier, rows) * (1 - first) + first * prev
 
 
 def _wkv_step(S, r, decay, kk, kka, k, v):
