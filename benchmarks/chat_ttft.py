@@ -1,7 +1,7 @@
 """Turn-2 time to first token over a long history: state reuse vs re-reading the transcript.
 
 Turn 1 is a user message of ~--history tokens plus a short reply; turn 2 a short message.
-With reuse (ssmport.session.ChatSession) turn 2 feeds only its own tokens to the state the
+With reuse (ssmport.runtime.chat.ChatSession) turn 2 feeds only its own tokens to the state the
 session holds; without, a fresh state is fed the whole transcript (what chat apps do with
 recurrent models today). Both give the logits of turn 2's first reply token, which must be
 identical. Run on an exported bundle (rwkv7-0.1b synthetic fp32 by default):
@@ -23,7 +23,7 @@ from ssmport.bundle import Bundle
 from ssmport.exporter import export
 from ssmport.gate import bundle_tokenizer
 from ssmport.runtime import Runner
-from ssmport.session import ChatSession, chat_template
+from ssmport.runtime.chat import ChatSession, chat_template
 
 WORDS = ("the model reads every token once and keeps a state of fixed size so the cost of a "
          "long conversation is paid when it is written and never again when it is continued").split()  # fmt: skip
@@ -62,8 +62,8 @@ def measure(bundle: Bundle, history: int, reply_tokens: int, seed: int) -> dict:
         cold_first = int(np.argmax(cold))
         cold_s = time.perf_counter() - start
     return {
-        "bundle": bundle.manifest["name"], "recipe": bundle.manifest["recipe"]["name"],
-        "synthetic_weights": bundle.manifest["synthetic_weights"],
+        "bundle": bundle.manifest.name, "recipe": bundle.manifest.recipe.name,
+        "synthetic_weights": bundle.manifest.synthetic_weights,
         "history_tokens": history_tokens, "turn1_reply": reply,
         "turn2_prompt_tokens": len(prompt), "turn2_fed_with_reuse": fed_warm,
         "turn1_seconds": round(turn1_s, 2),

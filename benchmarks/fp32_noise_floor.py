@@ -25,7 +25,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ssmport.architectures import rwkv7 as R
+from ssmport.graph import Step
+from ssmport.models.rwkv7 import RWKV7
+from ssmport.models.rwkv7.block import REC_STATE, SHIFT_STATE, RWKV7Block
+from ssmport.models.rwkv7.checkpoints import canonical_shapes
+from ssmport.models.rwkv7.reference import RWKV7Reference
+from ssmport.models.rwkv7.synthetic import synthetic_init
+from ssmport.ops.deferred import apply_naive
 from ssmport.checkpoint import GeneratedSource
 from ssmport.parity import default_prompts
 from ssmport.quant import get_recipe
@@ -50,10 +56,10 @@ def recording_ln_x_variances(eps: float, out: list[float]):
         torch.sqrt = sqrt
 
 
-def layer_reference(cfg, weights, i: int, dtype: torch.dtype) -> R.RWKV7Reference:
-    ref = R.RWKV7Reference.__new__(R.RWKV7Reference)  # one layer's weights only
+def layer_reference(cfg, weights, i: int, dtype: torch.dtype) -> RWKV7Reference:
+    ref = RWKV7Reference.__new__(RWKV7Reference)  # one layer's weights only
     ref.cfg = cfg
-    ref.w = {n: weights[n].to(dtype) for n in R.canonical_shapes(cfg) if n.startswith(f"blocks.{i}.")}
+    ref.w = {n: weights[n].to(dtype) for n in canonical_shapes(cfg) if n.startswith(f"blocks.{i}.")}
     ref.att = {i: {n.removeprefix(f"blocks.{i}.att."): t for n, t in ref.w.items() if ".att." in n}}
     return ref
 
@@ -83,16 +89,22 @@ def run_layer(ref, i, xs, dtype, v_firsts):
 
 def run_export_layer(cfg, weights, i, xs, v_firsts):
     """Block i of the fp32 export-form module (what the gate's torch side runs), token by token."""
-    layer = R._Layer(cfg, i, weights, WeightBuilder(get_recipe("fp32"), R.RWKV7.keeps_float))
+    layer = RWKV7Block(cfg, i, weights, WeightBuilder(get_recipe("fp32"), RWKV7.keeps_float))
     rec = torch.zeros(cfg.num_heads, cfg.head_size, cfg.v_head)
     shift = torch.zeros(2, cfg.hidden_size)
     outs, vfs = [], []
     with torch.no_grad():
         for t, x in enumerate(xs):
             x = x.float().view(1, -1)
-            x, rec, shift, vf = layer(x, rec, shift, x if v_firsts is None else v_firsts[t].float().view(1, -1))
+            step = Step(None, torch.tensor([t], dtype=torch.int32))
+            if v_firsts is not None:
+                step.carry["v_first"] = v_firsts[t].float().view(1, -1)
+            x, new = layer(x, {REC_STATE: rec, SHIFT_STATE: shift}, step)
+            update = new[REC_STATE]
+            rec = apply_naive(rec.view(update.view), update).view(rec.shape)
+            shift = torch.cat(new[SHIFT_STATE])
             outs.append(x.view(-1))
-            vfs.append(vf.view(-1))
+            vfs.append(step.carry["v_first"].view(-1))
     return outs, vfs
 
 
@@ -114,7 +126,7 @@ def main() -> None:
     cfg, W = model.config, model.weights
     if args.layers:
         cfg = dataclasses.replace(cfg, num_layers=args.layers)
-        W = GeneratedSource(R.canonical_shapes(cfg), args.seed, R._synthetic_init)
+        W = GeneratedSource(canonical_shapes(cfg), args.seed, synthetic_init)
     if args.ln_x_eps is not None:
         cfg = dataclasses.replace(cfg, ln_x_eps=args.ln_x_eps)
     tokens = default_prompts(cfg.vocab_size, 1, args.steps, tokenizer=load_tokenizer(model.vocab_path))[0]

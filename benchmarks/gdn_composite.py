@@ -3,7 +3,7 @@
 L layers of the gated delta rule alone (inputs q, k, v, g, beta given; the stacked recState
 [L, 1, HV, dk, dv] read per layer and written once), converted three ways:
 
-  plain        ssmport.architectures.gated_deltanet.delta_rule_step (batched matmuls)
+  plain        ssmport.ops.delta_rule.step (batched matmuls)
   composite    GatedDeltaUpdate traced as it is (a while_loop over the one token)
   externalized GatedDeltaUpdate emitted as a `gated_delta_update` composite graph
 
@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 import ssmport  # noqa: F401  (silences coreai-torch's version warning)
-from ssmport.architectures.gated_deltanet import delta_rule_step
+from ssmport.ops.delta_rule import step as delta_rule_step
 from ssmport.state import read_layer, read_layer_by_matmul, write_once
 
 INPUTS = ("q", "k", "v", "g", "beta")

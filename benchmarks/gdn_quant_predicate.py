@@ -14,7 +14,8 @@ import argparse
 import numpy as np
 import torch
 
-from ssmport.architectures.gated_deltanet import KEEP_FLOAT_ROLES, _role
+from ssmport.models.gated_deltanet.quant import KEEP_FLOAT_ROLES
+from ssmport.models.gated_deltanet.quant import role as _role
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model

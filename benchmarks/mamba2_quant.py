@@ -15,7 +15,7 @@ import argparse
 import numpy as np
 import torch
 
-from ssmport.architectures.mamba2 import _role
+from ssmport.models.mamba2.quant import role as _role
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model

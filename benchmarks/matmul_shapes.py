@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from ssmport.bench import measure_read_bandwidth
-from ssmport.quant.layers import OUT_BLOCK, FloatMatmul
+from ssmport.ops.matmul import OUT_BLOCK, FloatMatmul
 
 from coreai_micro import call_times_ms  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 

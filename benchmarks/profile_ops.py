@@ -48,9 +48,9 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main")
     d = fn.desc
     states = {n: NDArray(np.zeros(d.state_descriptor(n).shape, np.dtype(d.state_descriptor(n).dtype))) for n in d.state_names}
     rng = np.random.default_rng(0)
-    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    vocab = bundle.manifest.vocab_size
 
-    rows = bundle.manifest["prefill"]["chunk"] if function != "main" else 1
+    rows = bundle.manifest.prefill.chunk if function != "main" else 1
 
     def call() -> None:
         inputs = {

@@ -98,7 +98,7 @@ def ensure_blinkdl_pth(preset: str, work: Path) -> Path:
     """The preset's synthetic weights as a BlinkDL .pth (for the `rwkv` package peer)."""
     import torch
 
-    from ssmport.architectures.rwkv7 import _blinkdl_native_shape
+    from ssmport.models.rwkv7.checkpoints import blinkdl_native_shape as _blinkdl_native_shape
 
     path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}.pth"
     if not path.is_file():
@@ -120,7 +120,7 @@ def ensure_mamba2_folder(preset: str, work: Path) -> Path:
 
     from safetensors.torch import save_file
 
-    from ssmport.architectures.mamba2 import _checkpoint_names
+    from ssmport.models.mamba2.checkpoints import checkpoint_names as _checkpoint_names
 
     path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}-transformers"
     if (path / "model.safetensors").is_file():
@@ -346,13 +346,13 @@ def peer_lines(peer: Peer, reference: np.ndarray, tokens: list[int], warmup: int
 
 def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     bundle = Bundle.open(ensure_bundle(preset, work))
-    arch = bundle.manifest["architecture"]
+    arch = bundle.manifest.architecture
     peer = PEERS.get(arch)
     peer_input = peer[0](preset, work) if peer else None
     gc.collect()
 
     print(f"[{preset}] Core AI", flush=True)
-    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    vocab = bundle.manifest.vocab_size
     tokens = bench_tokens(vocab, steps + warmup)
     first = bench_bundle(bundle, steps=steps, warmup=warmup, roofline=False)  # loads + first decode pass
     print(f"[{preset}] torch eager", flush=True)
@@ -375,12 +375,12 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     again = float(np.median(last_times))
     lines = {"coreai": {"ms_per_token": (first["decode_ms_per_token"] + again) / 2, "first_pass_ms": first["decode_ms_per_token"],
                         "last_pass_ms": again, "samples": 2 * steps}} | lines  # fmt: skip
-    cfg = bundle.manifest["config"]
+    cfg = bundle.manifest.config
     keys = ("load_s_first", "load_s_cached", "prefill_tokens_per_s", "state_bytes", "asset_bytes", "weight_bytes_per_token")
     return {
         "bundle": bundle.path.name,
         "architecture": arch,
-        "gate": {k: (bundle.manifest.get("gate") or {}).get(k) for k in ("passed", "top1_agree", "steps", "max_abs_logit_delta", "max_rel_logit_delta")},
+        "gate": {k: getattr(bundle.manifest.gate, k, None) for k in ("passed", "top1_agree", "steps", "max_abs_logit_delta", "max_rel_logit_delta")},
         "layers": cfg.get("num_layers"),
         "width": cfg.get("hidden_size"),
         **{k: first[k] for k in keys},

@@ -46,7 +46,9 @@ from torch import nn
 import ssmport
 from ssmport.checkpoint import DictSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
-from ssmport.state import StateSpec, read_layer, register_states, write_once
+from ssmport.graph import Embedding, NormHead
+from ssmport.ops.norms import rms_norm
+from ssmport.state import StateSpec
 
 
 @dataclass(frozen=True)
@@ -162,10 +164,6 @@ def soft_cap(x: torch.Tensor, cap: float) -> torch.Tensor:
     return cap * torch.tanh(x / cap)
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
-
-
 def mlstm_cell(C, n, m, q, k, v, i_pre, f_pre, eps):
     """One stabilised mLSTM step of one head: C [dk, dv], n [dk], m scalar, q/k [dk], v [dv]."""
     log_f = F.logsigmoid(f_pre)
@@ -213,70 +211,61 @@ class XLSTMReference:
 
 
 # --------------------------------------------------------------------------------------
-# The export form: all heads at once, weights from the builder, one write per state.
+# The export form: one block per layer on ssmport's generic graph (ssmport.graph), which
+# reads each layer's state slices and writes every state once per call.
 # --------------------------------------------------------------------------------------
 
 
-class XLSTMDecode(nn.Module):
-    """(input_ids [1,1] int32, position_ids [1,1] int32) -> logits [1,1,V]; states below."""
+class XLSTMBlock(nn.Module):
+    """One mLSTM block + its FFN, all heads at once. States: C [H, dk, dv], n [H, dk], m [H]."""
 
-    def __init__(self, c: XLSTMConfig, src: TensorSource, b, state_dtype: torch.dtype):
+    states = ("cState", "nState", "mState")
+
+    def __init__(self, c: XLSTMConfig, i: int, src: TensorSource, b):
         super().__init__()
-        self.c = c
-        self.emb = b.table("emb", src["emb"], "embedding")
-        mm = lambda n, role: b.matmul(n, src[n].t(), role)  # noqa: E731  (stored [in, out])
-        vec = lambda n, role: b.vector(n, src[n], role)  # noqa: E731
-        self.layers = nn.ModuleList()
-        for i in range(c.num_layers):
-            p = f"blocks.{i}."
-            layer = nn.Module()
-            layer.norm_mlstm, layer.norm_ffn = vec(p + "norm_mlstm", "norm"), vec(p + "norm_ffn", "norm")
-            layer.q, layer.k, layer.v = (mm(p + n, "state_proj") for n in ("q", "k", "v"))
-            layer.i_gate, layer.f_gate = mm(p + "i_gate", "gate"), mm(p + "f_gate", "gate")
-            layer.i_bias, layer.f_bias = vec(p + "i_bias", "gate"), vec(p + "f_bias", "gate")
-            layer.o_gate, layer.out = mm(p + "o_gate", "out_gate"), mm(p + "out", "out_proj")
-            layer.head_norm = vec(p + "head_norm", "norm")
-            layer.up_gate, layer.up, layer.down = (mm(p + n, "ffn") for n in ("up_gate", "up", "down"))
-            self.layers.append(layer)
-        self.out_norm = vec("out_norm", "norm")
-        self.head = b.matmul("head", src["head"].t(), "head")  # fp32 out: the soft cap follows
-        self.logits_dtype = b.recipe.logits_dtype
-        register_states(self, XLSTM.state_specs(c, state_dtype))
+        self.c, p = c, f"blocks.{i}."
+        mm = lambda n, role: b.matmul(p + n, src[p + n].t(), role)  # noqa: E731  (stored [in, out])
+        vec = lambda n, role: b.vector(p + n, src[p + n], role)  # noqa: E731
+        self.norm_mlstm, self.norm_ffn, self.head_norm = (vec(n, "norm") for n in ("norm_mlstm", "norm_ffn", "head_norm"))
+        self.q, self.k, self.v = (mm(n, "state_proj") for n in ("q", "k", "v"))
+        self.i_gate, self.f_gate = mm("i_gate", "gate"), mm("f_gate", "gate")
+        self.i_bias, self.f_bias = vec("i_bias", "gate"), vec("f_bias", "gate")
+        self.o_gate, self.out = mm("o_gate", "out_gate"), mm("out", "out_proj")
+        self.up_gate, self.up, self.down = (mm(n, "ffn") for n in ("up_gate", "up", "down"))
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        del position_ids  # positionless
+    def forward(self, x: torch.Tensor, slices: dict, step) -> tuple[torch.Tensor, dict]:
+        if not step.decode:
+            raise NotImplementedError("xLSTM is decode-only here (build_prefill returns None)")
         c = self.c
         H, dk, dv = c.num_heads, c.dk, c.dv
-        x = F.embedding(input_ids.view(1), self.emb).float()  # [1, C]
-        new_C, new_n, new_m = [], [], []
-        for i, layer in enumerate(self.layers):
-            C = read_layer(self.cState, i)[0].float()  # [H, dk, dv]
-            n = read_layer(self.nState, i)[0].float().view(H, dk, 1)
-            m = read_layer(self.mState, i)[0].float().view(H, 1, 1)
-            h_in = rms_norm(x, layer.norm_mlstm, c.norm_eps)
-            q = layer.q(h_in).view(H, 1, dk) / math.sqrt(dk)
-            k, v = layer.k(h_in).view(H, dk, 1), layer.v(h_in).view(H, 1, dv)
-            i_pre = soft_cap(layer.i_gate(h_in) + layer.i_bias, c.gate_soft_cap).view(H, 1, 1)
-            log_f = F.logsigmoid(soft_cap(layer.f_gate(h_in) + layer.f_bias, c.gate_soft_cap)).view(H, 1, 1)
-            m_new = torch.maximum(log_f + m, i_pre)
-            f_act, i_act = torch.exp(log_f + m - m_new), torch.exp(i_pre - m_new)
-            C = f_act * C + i_act * (k * v)  # k v^T per head
-            n = f_act * n + i_act * k
-            num = (q @ C).view(H, dv)
-            den = torch.maximum((q @ n).abs(), torch.exp(-m_new)).view(H, 1) + c.cell_eps
-            y = F.layer_norm(num / den, (dv,), eps=c.norm_eps).view(1, H * dv)
-            y = y * layer.head_norm * torch.sigmoid(layer.o_gate(h_in))
-            x = x + layer.out(y)
-            h_ffn = rms_norm(x, layer.norm_ffn, c.norm_eps)
-            x = x + layer.down(F.silu(layer.up_gate(h_ffn)) * layer.up(h_ffn))
-            new_C.append(C)
-            new_n.append(n)
-            new_m.append(m_new)
-        write_once(self.cState, new_C)
-        write_once(self.nState, new_n)
-        write_once(self.mState, new_m)
-        logits = soft_cap(self.head(rms_norm(x, self.out_norm, c.norm_eps)), c.logit_soft_cap)
-        return logits.to(self.logits_dtype).view(1, 1, c.vocab_size)
+        C, n, m = slices["cState"].float(), slices["nState"].float().view(H, dk, 1), slices["mState"].float().view(H, 1, 1)
+        h_in = rms_norm(x, self.norm_mlstm, c.norm_eps)
+        q = self.q(h_in).view(H, 1, dk) / math.sqrt(dk)
+        k, v = self.k(h_in).view(H, dk, 1), self.v(h_in).view(H, 1, dv)
+        i_pre = soft_cap(self.i_gate(h_in) + self.i_bias, c.gate_soft_cap).view(H, 1, 1)
+        log_f = F.logsigmoid(soft_cap(self.f_gate(h_in) + self.f_bias, c.gate_soft_cap)).view(H, 1, 1)
+        m_new = torch.maximum(log_f + m, i_pre)
+        f_act, i_act = torch.exp(log_f + m - m_new), torch.exp(i_pre - m_new)
+        C = f_act * C + i_act * (k * v)  # k v^T per head
+        n = f_act * n + i_act * k
+        num = (q @ C).view(H, dv)
+        den = torch.maximum((q @ n).abs(), torch.exp(-m_new)).view(H, 1) + c.cell_eps
+        y = F.layer_norm(num / den, (dv,), eps=c.norm_eps).view(1, H * dv)
+        x = x + self.out(y * self.head_norm * torch.sigmoid(self.o_gate(h_in)))
+        h_ffn = rms_norm(x, self.norm_ffn, c.norm_eps)
+        x = x + self.down(F.silu(self.up_gate(h_ffn)) * self.up(h_ffn))
+        return x, {"cState": C, "nState": n, "mState": m_new}
+
+
+class SoftCapHead(nn.Module):
+    """The final norm and head in fp32, the logit soft cap, then the recipe's logits dtype."""
+
+    def __init__(self, head: nn.Module, cap: float, dtype: torch.dtype):
+        super().__init__()
+        self.head, self.cap, self.dtype = head, cap, dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return soft_cap(self.head(x), self.cap).to(self.dtype)
 
 
 # --------------------------------------------------------------------------------------
@@ -322,8 +311,14 @@ class _XLSTM(ssmport.Architecture):
             StateSpec("mState", (L, 1, H), state_dtype, "[layer, batch, head] log-scale stabiliser m"),
         ]
 
-    def build_decode(self, c, weights, builder, state_dtype) -> XLSTMDecode:
-        return XLSTMDecode(c, weights, builder, state_dtype)
+    def build_blocks(self, c, src, b):
+        blocks = [XLSTMBlock(c, i, src, b) for i in range(c.num_layers)]
+        norm = b.vector("out_norm", src["out_norm"], "norm")
+        head = NormHead(b.matmul("head", src["head"].t(), "head"), norm, c.norm_eps)  # fp32 out: the soft cap follows
+        return Embedding(b.table("emb", src["emb"], "embedding")), blocks, SoftCapHead(head, c.logit_soft_cap, b.recipe.logits_dtype)
+
+    def build_prefill(self, c, decode, chunk):
+        return None  # decode-only: prompts run through main, one token at a time
 
     def reference(self, c, weights) -> XLSTMReference:
         return XLSTMReference(c, weights)
@@ -382,7 +377,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoint = write_checkpoint(out / "xlstm-tiny-checkpoint")
     result = ssmport.export(checkpoint, out, quant="fp32", overwrite=True, progress=False)
     print(f"bundle: {result.path}\ngate:   {result.gate_headline}")
-    if not result.manifest["gate"]["passed"]:
+    if not result.manifest.gate.passed:
         return 1
     with ssmport.load(result.path) as runner:
         ids = list(runner.generate([1, 2, 3], max_tokens=12))

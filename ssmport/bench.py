@@ -16,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ssmport.bundle import Bundle, dir_bytes
+from ssmport.manifest import Manifest
 from ssmport.runtime import Runner, forget_lowering
 
 DEFAULT_STEPS = 64
@@ -26,11 +27,11 @@ BANDWIDTH_BUFFER_BYTES = 512 << 20  # far larger than any L3 cache here (32 MB)
 BANDWIDTH_SLICE_BYTES = 64 << 20  # each sample reads 2x L3, after 448 MB of other data
 
 
-def weight_bytes_per_token(manifest: dict) -> int:
+def weight_bytes_per_token(manifest: Manifest) -> int:
     """Bytes of weights one decode step reads, from the manifest's per-tensor plan: every
     stored tensor once, except lookup tables (the embedding), which give one row."""
     total = 0
-    for entry in manifest["plan"]["tensors"]:
+    for entry in manifest.plan_tensors:
         if entry["role"] in LOOKUP_ROLES:
             total += entry["bytes"] // entry["shape"][0]
         else:
@@ -38,8 +39,8 @@ def weight_bytes_per_token(manifest: dict) -> int:
     return total
 
 
-def state_bytes(manifest: dict) -> int:
-    return sum(math.prod(s["shape"]) * np.dtype(s["dtype"]).itemsize for s in manifest["states"])
+def state_bytes(manifest: Manifest) -> int:
+    return sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize for s in manifest.states)
 
 
 def measure_read_bandwidth(nbytes: int = BANDWIDTH_BUFFER_BYTES, repeats: int = 8) -> float:
@@ -84,9 +85,9 @@ def bench_bundle(
     prefill_tokens: int = DEFAULT_PREFILL_TOKENS,
 ) -> dict:
     m = bundle.manifest
-    vocab = int(m["outputs"][0]["shape"][-1])
+    vocab = m.vocab_size
     tokens = bench_tokens(vocab, steps + warmup)
-    result: dict = {"bundle": str(bundle.path), "recipe": m["recipe"]["name"], "steps": steps, "warmup": warmup}
+    result: dict = {"bundle": str(bundle.path), "recipe": m.recipe.name, "steps": steps, "warmup": warmup}
 
     forget_lowering(bundle)  # so the first load is what a user's first load is: hash + lower + load
     start = time.perf_counter()
@@ -134,7 +135,7 @@ def bench_torch_eager(bundle: Bundle, tokens: list[int], warmup: int, weights=No
     from ssmport.torch_runner import TorchRunner
 
     out: dict = {}
-    ref = TorchRunner(rebuild_source(bundle.manifest["source"], weights), "fp32")
+    ref = TorchRunner(rebuild_source(bundle.manifest.source, weights), "fp32")
     default_threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

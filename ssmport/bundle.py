@@ -18,13 +18,12 @@ from typing import Any
 
 from ssmport.errors import BundleError, SsmportError
 from ssmport.interrupts import raise_if_interrupted
+from ssmport.manifest import Manifest
 
 MANIFEST = "manifest.json"
 ASSET = "model.aimodel"
 GATE = "gate.json"
 TOKENIZER_DIR = "tokenizer"
-FORMAT = "ssmport-bundle"
-FORMAT_VERSION = 1
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
@@ -47,7 +46,7 @@ def dir_bytes(path: Path) -> int:
 @dataclass
 class Bundle:
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     @classmethod
     def open(cls, path: str | Path) -> Bundle:
@@ -58,16 +57,10 @@ class Bundle:
         if not mpath.is_file():
             raise BundleError(f"{path}: not an ssmport bundle (no {MANIFEST})")
         try:
-            manifest = json.loads(mpath.read_text())
+            data = json.loads(mpath.read_text())
         except (ValueError, OSError) as exc:
             raise BundleError(f"{mpath}: unreadable manifest ({exc})") from None
-        if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-            raise BundleError(f"{mpath}: not an ssmport manifest")
-        if manifest.get("format_version") != FORMAT_VERSION:
-            raise BundleError(
-                f"{mpath}: bundle format {manifest.get('format_version')} is not supported "
-                f"by this ssmport (expects {FORMAT_VERSION}); re-export it"
-            )
+        manifest = Manifest.from_json(data, str(mpath))
         if not (path / ASSET).is_dir():
             raise BundleError(f"{path}: bundle is incomplete (no {ASSET}/)")
         return cls(path, manifest)
@@ -78,11 +71,11 @@ class Bundle:
 
     @property
     def vocab_path(self) -> Path | None:
-        tok = self.manifest.get("tokenizer")
-        return self.path / tok["path"] if tok else None
+        tok = self.manifest.tokenizer
+        return self.path / tok.path if tok else None
 
     def save_manifest(self) -> None:
-        write_json_atomic(self.path / MANIFEST, self.manifest)
+        write_json_atomic(self.path / MANIFEST, self.manifest.to_json())
 
 
 @contextmanager

@@ -25,10 +25,10 @@ def compare_recipes(
     """(recipe, asset bytes, gate report) for the bundle's own recipe and each of COMPARED,
     in recipe order. The bundle's own gate is recorded in it, as `ssmport gate` does."""
     m = bundle.manifest
-    model = rebuild_source(m["source"], weights)
-    state = m["recipe"]["state_dtype"]
-    own = m["recipe"]["name"]
-    rows = [(own, m["asset"]["bytes"], gate_bundle(bundle, model, token_streams=streams))]
+    model = rebuild_source(m.source, weights)
+    state = m.recipe.state_dtype
+    own = m.recipe.name
+    rows = [(own, m.asset.bytes, gate_bundle(bundle, model, token_streams=streams))]
     with tempfile.TemporaryDirectory(prefix="ssmport-compare-") as tmp:
         for recipe in COMPARED:
             if recipe == own:
@@ -36,5 +36,5 @@ def compare_recipes(
             result = export(model, tmp, quant=recipe, state_dtype=state, gate=False, progress=False)
             other = Bundle.open(result.path)
             report = gate_bundle(other, model, token_streams=streams, record=False)
-            rows.append((recipe, other.manifest["asset"]["bytes"], report))
+            rows.append((recipe, other.manifest.asset.bytes, report))
     return sorted(rows, key=lambda r: list(RECIPES).index(r[0]))

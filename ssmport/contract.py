@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ssmport.errors import SsmportError
+from ssmport.manifest import TensorEntry
 from ssmport.state import StateSpec
 
 _IR_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "si32": "int32", "si64": "int64",
@@ -20,21 +21,11 @@ _NAME = re.compile(r'coreai\.name = "([^"]+)"')
 
 
 @dataclass(frozen=True)
-class TensorSig:
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-
-    def to_json(self) -> dict:
-        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
-
-
-@dataclass(frozen=True)
 class GraphSignature:
     function: str
-    inputs: tuple[TensorSig, ...]
-    states: tuple[TensorSig, ...]
-    outputs: tuple[TensorSig, ...]
+    inputs: tuple[TensorEntry, ...]
+    states: tuple[TensorEntry, ...]
+    outputs: tuple[TensorEntry, ...]
     writes_per_state: dict[str, int]  # top-level writes
     nested_writes: dict[str, int]  # writes inside a loop / branch region (must be 0)
 
@@ -70,7 +61,7 @@ def read_signature(program, function: str = "main") -> GraphSignature:
     arg_names = _names(graph.attributes["arg_attrs"])
     inputs, states, handles = [], [], []
     for arg, name in zip(block.arguments, arg_names):
-        sig = TensorSig(name, *_parse_type(str(arg.type)))
+        sig = TensorEntry(name, *_parse_type(str(arg.type)))
         if str(arg.type).startswith("!coreai.handle"):
             states.append(sig)
             handles.append((arg, name))
@@ -78,7 +69,7 @@ def read_signature(program, function: str = "main") -> GraphSignature:
             inputs.append(sig)
     result_types = re.findall(r"(tensor<[^>]*>|!coreai\.token)", str(graph.attributes["function_type"]).split("->", 1)[1])
     outputs = [
-        TensorSig(name, *_parse_type(t))
+        TensorEntry(name, *_parse_type(t))
         for t, name in zip(result_types, _names(graph.attributes["res_attrs"]))
         if t.startswith("tensor")
     ]

@@ -32,10 +32,13 @@ from ssmport import __version__
 from ssmport._quiet import python_stdout_captured
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
-from ssmport.bundle import ASSET, FORMAT, FORMAT_VERSION, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
+from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
 from ssmport.contract import GraphSignature, check_contract, graph_names, read_signature
 from ssmport.errors import SsmportError
 from ssmport.interrupts import interrupts_deferred
+from ssmport.manifest import (
+    AssetEntry, FunctionEntry, Manifest, PrefillEntry, RecipeEntry, StateEntry, TokenizerEntry,
+)  # fmt: skip
 from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
@@ -51,7 +54,7 @@ EXPORT_GATE_STEPS = 8
 @dataclass
 class ExportResult:
     path: Path
-    manifest: dict[str, Any]
+    manifest: Manifest
     gate_headline: str | None
 
 
@@ -111,8 +114,8 @@ def export(
                     bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages
                 )
                 headline = report.headline()
-            manifest["export"]["seconds"] = round(time.perf_counter() - started, 2)
-            manifest["export"]["peak_rss_mb"] = _peak_rss_mb()
+            manifest.export["seconds"] = round(time.perf_counter() - started, 2)
+            manifest.export["peak_rss_mb"] = _peak_rss_mb()
             bundle.save_manifest()
     return ExportResult(final, manifest, headline)
 
@@ -125,7 +128,7 @@ def _build_bundle(
     name: str,
     stages: Stages,
     prefill_chunk: int | None,
-) -> dict:
+) -> Manifest:
     arch, cfg = model.architecture, model.config
     recipe = get_recipe(quant)
     specs = arch.state_specs(cfg, state_dtype)
@@ -141,29 +144,25 @@ def _build_bundle(
         tokenizer = _write_tokenizer(model, out)
 
     plan = builder.plan_json()
-    manifest = {
-        "format": FORMAT,
-        "format_version": FORMAT_VERSION,
-        "ssmport_version": __version__,
-        "bundle_id": uuid.uuid4().hex,
-        "name": name,
-        "architecture": arch.name,
-        "config": cfg.to_json(),
-        "source": model.provenance,
-        "synthetic_weights": model.synthetic,
-        "recipe": {"name": recipe.name, "description": recipe.description, "state_dtype": dtype_name(state_dtype)},
-        "function": signature.function,
-        "inputs": [s.to_json() for s in signature.inputs],
-        "outputs": [s.to_json() for s in signature.outputs],
-        "states": [s.to_json() | {"layout": spec.layout} for s, spec in zip(signature.states, specs)],
-        "prefill": _prefill_manifest(converted),
-        "plan": {"summary": summarize_plan(plan), "tensors": plan},
-        "asset": {"path": ASSET, "bytes": dir_bytes(out / ASSET)},
-        "tokenizer": tokenizer,
-        "gate": None,
-        "notes": list(model.notes),
-        "export": {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
-    }
+    manifest = Manifest(
+        ssmport_version=__version__,
+        bundle_id=uuid.uuid4().hex,
+        name=name,
+        architecture=arch.name,
+        config=cfg.to_json(),
+        source=model.provenance,
+        synthetic_weights=model.synthetic,
+        recipe=RecipeEntry(recipe.name, recipe.description, dtype_name(state_dtype)),
+        main=_function_entry(signature),
+        states=tuple(StateEntry(s.name, s.shape, s.dtype, spec.layout, spec.kind)
+                     for s, spec in zip(signature.states, specs)),  # fmt: skip
+        prefill=_prefill_entry(converted),
+        plan={"summary": summarize_plan(plan), "tensors": plan},
+        asset=AssetEntry(ASSET, dir_bytes(out / ASSET)),
+        tokenizer=tokenizer,
+        notes=list(model.notes),
+        export={"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
+    )
     Bundle(out, manifest).save_manifest()
     return manifest
 
@@ -247,21 +246,17 @@ def _export_program(module: torch.nn.Module, example: tuple[torch.Tensor, ...]):
         return ep.run_decompositions(coreai_torch.get_decomp_table())
 
 
-def _prefill_manifest(converted: Converted) -> dict | None:
-    """The prefill function's entry (same states as "main"), or None for decode-only bundles.
+def _function_entry(sig: GraphSignature) -> FunctionEntry:
+    return FunctionEntry(sig.function, sig.inputs, sig.outputs)
 
-    Additive to format 1: readers that predate prefill ignore the key and use "main".
-    """
+
+def _prefill_entry(converted: Converted) -> PrefillEntry | None:
+    """The prefill function's entry (same states as "main"), or None for decode-only bundles."""
     sig = converted.prefill
     if sig is None:
         return None
-    return {
-        "function": sig.function,
-        "chunk": converted.prefill_chunk,
-        "padding": "valid_len",  # tokens at t >= valid_len are padding; logits of token valid_len-1
-        "inputs": [s.to_json() for s in sig.inputs],
-        "outputs": [s.to_json() for s in sig.outputs],
-    }
+    main = _function_entry(sig)
+    return PrefillEntry(main.function, main.inputs, main.outputs, converted.prefill_chunk)
 
 
 def _check_buffers(module: torch.nn.Module, specs) -> None:
@@ -271,7 +266,7 @@ def _check_buffers(module: torch.nn.Module, specs) -> None:
         raise SsmportError(f"decode module states {got} differ from the declared {want}")
 
 
-def _write_tokenizer(model: LoadedModel, out: Path) -> dict | None:
+def _write_tokenizer(model: LoadedModel, out: Path) -> TokenizerEntry | None:
     """World vocabs are re-exported as a verified vocab.tsv; a tokenizer.json is copied as is."""
     if model.vocab_path is None:
         return None
@@ -290,13 +285,7 @@ def _write_tokenizer(model: LoadedModel, out: Path) -> dict | None:
         target = out / TOKENIZER_DIR / "vocab.tsv"
         info = export_vocab_tsv(model.vocab_path, target)
         kind, sha256, entries = WORLD_KIND, info.sha256, info.entries
-    return {
-        "kind": kind,
-        "path": f"{TOKENIZER_DIR}/{target.name}",
-        "sha256": sha256,
-        "entries": entries,
-        "origin": model.vocab_origin,
-    }
+    return TokenizerEntry(kind, f"{TOKENIZER_DIR}/{target.name}", sha256, entries, model.vocab_origin)
 
 
 def _return_freed_memory() -> None:

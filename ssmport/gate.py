@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import GATE, Bundle, write_json_atomic
+from ssmport.manifest import GateSummary
 from ssmport.parity import GateReport, default_prompts, run_gate
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
@@ -37,9 +38,9 @@ def gate_bundle(
 ) -> GateReport:
     """Gate `bundle` against the fp32 torch reference built from its source weights."""
     m = bundle.manifest
-    recipe = get_recipe(m["recipe"]["name"])
+    recipe = get_recipe(m.recipe.name)
     if model is None:
-        model = rebuild_source(m["source"], weights)
+        model = rebuild_source(m.source, weights)
     if token_streams is None:
         token_streams = default_prompts(
             model.config.vocab_size, prompts, steps, tokenizer=bundle_tokenizer(bundle)
@@ -53,7 +54,7 @@ def gate_bundle(
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(
                 candidate, reference, token_streams, recipe.name,
-                gate_thresholds(recipe, m["recipe"]["state_dtype"]),
+                gate_thresholds(recipe, m.recipe.state_dtype),
                 synthetic=model.synthetic, on_step=stages.advance,
             )  # fmt: skip
     finally:
@@ -61,6 +62,6 @@ def gate_bundle(
         reference.close()
     if record:
         write_json_atomic(bundle.path / GATE, report.to_json())
-        bundle.manifest["gate"] = report.summary() | {"transcript": GATE}
+        bundle.manifest.gate = GateSummary(**report.summary(), transcript=GATE)
         bundle.save_manifest()
     return report

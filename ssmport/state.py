@@ -4,9 +4,13 @@ A Core AI state is a buffer the graph mutates in place. Each architecture declar
 states once, as `StateSpec`s, in a fixed order; the exporter, the runner, the manifest and
 the tests all read that one declaration.
 
-Apple's GPU delegate keeps only one write per state handle, so a decode step must write each
-state exactly once: layers *return* their new slices and `write_once` gathers them into a
-single in-place copy per state.
+Apple's GPU delegate keeps only one write per state handle, so a call must write each state
+exactly once: layers *return* their new slices (or updates) and the graph (ssmport.graph) turns
+them into a single in-place write per state.
+
+Two kinds: "fixed" states (recurrent: conv windows, WKV / SSM / delta-rule matrices), whose size
+does not depend on the sequence, and "kv" states, a positional cache
+[L_kind, 1, heads, context, head_dim] written at each token's position and read up to it.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
-import torch.nn.functional as F
+
+FIXED, KV = "fixed", "kv"
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -38,6 +43,18 @@ class StateSpec:
     shape: tuple[int, ...]
     dtype: torch.dtype
     layout: str  # human-readable axis legend, e.g. "[layer, batch, head, key, value]"
+    kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache)
+
+    def __post_init__(self):
+        if self.kind not in (FIXED, KV):
+            raise ValueError(f"state {self.name}: kind must be {FIXED!r} or {KV!r}, not {self.kind!r}")
+        if self.kind == KV and len(self.shape) != 5:
+            raise ValueError(f"kv state {self.name} must be [layers, 1, heads, context, head_dim], got {self.shape}")
+
+    @property
+    def context(self) -> int | None:
+        """The positions a kv state holds (None for a fixed state)."""
+        return self.shape[3] if self.kind == KV else None
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -57,6 +74,7 @@ class StateSpec:
             "shape": list(self.shape),
             "dtype": dtype_name(self.dtype),
             "layout": self.layout,
+            "kind": self.kind,
         }
 
 
@@ -71,52 +89,9 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
         module.register_buffer(spec.name, torch.zeros(spec.shape, dtype=spec.dtype))
 
 
-def read_layer(buffer: torch.Tensor, i: int) -> torch.Tensor:
-    """Layer i's slice `buffer[i]` of a stacked [L, ...] state.
+# The row moves every state needs live in ssmport.ops.rows; these names stay importable from
+# here for architectures written against earlier versions (examples, plugins).
+from ssmport.ops.rows import read_layer, read_layer_by_matmul, stack_rows, write_once  # noqa: E402
 
-    Taken as a row lookup (`embedding` -> `gather_nd`) on the [L, rest] view: on the Linux
-    Core AI runtime a slice or `index_select` (`gather_along_axis`, which walks an index per
-    element) is 6-15x slower for the same bytes (benchmarks/state_io.py).
-    """
-    flat = buffer.reshape(buffer.shape[0], -1)
-    return F.embedding(torch.tensor([i]), flat).view(buffer.shape[1:])
-
-
-def stack_rows(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Stack L tensors of equal size as the rows of an [L, numel] tensor.
-
-    Placed with a chain of `index_copy` (scatter_nd) into zeros: on the Linux Core AI runtime
-    `torch.stack` / `cat` (concat) is 10-20x slower for the same bytes (benchmarks/state_io.py).
-    Each scatter copies the whole [L, numel] tensor, so this is for small rows; a big stacked
-    state is better updated as a whole (see RWKV-7's deferred WKV update).
-    """
-    out = torch.zeros(len(pieces), pieces[0].numel(), dtype=dtype)
-    for i, piece in enumerate(pieces):
-        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(dtype))
-    return out
-
-
-def read_layer_by_matmul(buffer: torch.Tensor, i: int) -> torch.Tensor:
-    """Layer i's slice of a stacked [L, ...] state as `onehot(i) @ buffer.view(L, -1)`.
-
-    Exact (each element is 1*x plus zeros) and, for large per-layer slices, far cheaper on
-    the Linux Core AI runtime than `read_layer`: `index_select` becomes a broadcast of the
-    index to the slice's size plus an element-wise gather, and a slice copies as slowly. For
-    Gated DeltaNet's 786k-float slices (4 layers of the 1.3B geometry) one read + write per
-    layer took 148 ms per call with `read_layer` and 56 ms with this (benchmarks/gdn_composite.py
-    profile, shared machine). Its cost grows with L x slice: once Gated DeltaNet's decode wrote
-    its state as a whole, `read_layer` was faster there (340m: 177 vs 242 ms/token), so no
-    built-in uses this today; it stays for benchmarks/gdn_composite.py and plugins.
-    """
-    layers = buffer.shape[0]
-    onehot = torch.zeros(1, layers, dtype=buffer.dtype)
-    onehot[0, i] = 1
-    return (onehot @ buffer.reshape(layers, -1)).view(buffer.shape[1:])
-
-
-def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
-    """Write a stacked [L, ...] state from its L layer slices with a single in-place copy:
-    exactly one `write_handle` per state in the exported graph (Apple's GPU delegate keeps one
-    write per handle), and far cheaper here than writing slices in place (a chain of
-    full-size `where`s)."""
-    buffer.copy_(stack_rows(per_layer, buffer.dtype).view(buffer.shape))
+__all__ = ["NUMPY_DTYPES", "STATE_DTYPES", "StateSpec", "dtype_name", "read_layer", "read_layer_by_matmul",
+           "register_states", "stack_rows", "write_once"]  # fmt: skip

@@ -338,8 +338,8 @@ def _export(model: LoadedModel, out: Path):
     from ssmport.exporter import export
 
     result = export(model, out, quant="fp32", gate_steps=8, progress=False, overwrite=True, prefill_chunk=None)
-    gate = result.manifest["gate"]
-    _require(gate["passed"], f"the export's gate failed: {result.gate_headline}")
+    gate = result.manifest.gate
+    _require(gate.passed, f"the export's gate failed: {result.gate_headline}")
     return result.gate_headline, result.path
 
 
@@ -352,7 +352,7 @@ def _check_coreai(arch: Architecture, model: LoadedModel, bundle: Path | None, t
     with Runner(bundle) as runner:
         names = runner.state_names
         _require(names == [s.name for s in specs], f"runtime states {names} != declared {[s.name for s in specs]}")
-        manifest_states = [(s["name"], tuple(s["shape"]), s["dtype"]) for s in runner.bundle.manifest["states"]]
+        manifest_states = [s.key for s in runner.bundle.manifest.states]
         declared = [(s.name, s.shape, s.numpy_dtype.name) for s in specs]
         _require(manifest_states == declared, f"manifest states {manifest_states} != declared {declared}")
         got = step_logits(runner, tokens)
@@ -403,9 +403,15 @@ def _check_strict(arch: Architecture, model: LoadedModel, checkpoint, work: Path
     return f"{len(tensors)} tensors; probe {probe}", None
 
 
-def _has_prefill(arch: Architecture) -> bool:
-    own = getattr(type(arch), "build_prefill", None)
-    return own is not None and own is not getattr(Architecture, "build_prefill", None)
+def _has_prefill(arch: Architecture, model: LoadedModel) -> bool:
+    """Whether the architecture builds a prefill form for this model (asked, not guessed)."""
+    from ssmport.quant import get_recipe
+    from ssmport.quant.plan import WeightBuilder
+
+    with torch.no_grad():
+        decode = arch.build_decode(model.config, model.weights, WeightBuilder(get_recipe("fp32"), arch.keeps_float),
+                                   torch.float32)  # fmt: skip
+        return arch.build_prefill(model.config, decode, PREFILL_CHUNK) is not None
 
 
 def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], out: Path):
@@ -414,10 +420,10 @@ def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], ou
     from ssmport.exporter import export
     from ssmport.runtime import Runner
 
-    if not _has_prefill(arch):
+    if not _has_prefill(arch, model):
         raise _Skip("the architecture has no prefill form")
     result = export(model, out, quant="fp32", gate=False, progress=False, overwrite=True, prefill_chunk=PREFILL_CHUNK)
-    _require(result.manifest.get("prefill"), "build_prefill is defined but the bundle has no prefill function")
+    _require(result.manifest.prefill, "build_prefill returns a module but the bundle has no prefill function")
     with Runner(result.path) as runner:
         names = runner.state_names
         _require(runner.has_prefill, "the runner does not use the bundle's prefill function")

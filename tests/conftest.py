@@ -89,5 +89,5 @@ def multi_function_bundle(bundles):
 
     result = export("rwkv7-tiny", bundles, synthetic=True, quant="fp32", gate=False, progress=False,
                     name="rwkv7-tiny-two-functions", prefill_chunk=8)  # fmt: skip
-    assert result.manifest["prefill"]["function"] == "prefill"
+    assert result.manifest.prefill.function == "prefill"
     return result.path

@@ -10,8 +10,8 @@ from ssmport.bundle import Bundle, dir_bytes
 
 def test_weight_bytes_per_token_reads_one_embedding_row(pth_fp32_bundle):
     m = Bundle.open(pth_fp32_bundle.path).manifest
-    stored = sum(e["bytes"] for e in m["plan"]["tensors"])
-    vocab, width = m["config"]["vocab_size"], m["config"]["hidden_size"]
+    stored = sum(e["bytes"] for e in m.plan_tensors)
+    vocab, width = m.config["vocab_size"], m.config["hidden_size"]
     # fp32: the whole plan once, except the [vocab, C] table, of which one row is read.
     assert weight_bytes_per_token(m) == stored - vocab * width * 4 + width * 4
     # and the plan is the asset: its bytes are within the asset's container overhead
@@ -19,7 +19,7 @@ def test_weight_bytes_per_token_reads_one_embedding_row(pth_fp32_bundle):
 
 
 def test_state_bytes_from_the_config(pth_fp32_bundle):
-    c = Bundle.open(pth_fp32_bundle.path).manifest["config"]
+    c = Bundle.open(pth_fp32_bundle.path).manifest.config
     heads = c["hidden_size"] // c["head_size"]
     rec = c["num_layers"] * heads * c["head_size"] * (c["value_head_size"] or c["head_size"])
     shift = c["num_layers"] * 2 * c["hidden_size"]

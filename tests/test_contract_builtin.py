@@ -15,7 +15,7 @@ import pytest
 from ssmport.architectures import architectures
 from ssmport.testing import assert_architecture
 
-BUILTINS = [a for a in architectures() if type(a).__module__.startswith("ssmport.architectures.")]
+BUILTINS = [a for a in architectures() if type(a).__module__.startswith("ssmport.models.")]
 
 
 def _rwkv7_checkpoint(folder: Path) -> Path:

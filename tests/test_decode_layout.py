@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rwkv7_files import Dims, blinkdl_state_dict, rwkv_package_logits, write_pth
-from ssmport.quant.layers import FloatMatmul, out_blocks
+from ssmport.ops.matmul import FloatMatmul, out_blocks
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.recipes import get_recipe
 from ssmport.runtime import Runner
@@ -41,7 +41,7 @@ def test_wide_model_on_core_ai_matches_blinkdl_package(tmp_path, export_fn):
     d = Dims(vocab=4096, ffn=3072, layers=3)
     pth = write_pth(tmp_path / "wide.pth", blinkdl_state_dict(d, seed=21))
     result = export_fn(pth, tmp_path / "out", quant="fp32", gate=False)
-    blocked = {e["name"] for e in result.manifest["plan"]["tensors"] if out_blocks(e["shape"][-1]) > 1}
+    blocked = {e["name"] for e in result.manifest.plan_tensors if out_blocks(e["shape"][-1]) > 1}
     assert {"head.weight", "blocks.0.ffn.key.weight"} <= blocked
     tokens = [1, 4095, 7, 7, 300, 2048, 0, 11]
     with Runner(result.path) as runner:

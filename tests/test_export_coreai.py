@@ -50,7 +50,7 @@ def test_bf16_checkpoint_bundle_matches_package(blinkdl_bf16_pth, bundles, expor
 
 def test_fla_sharded_folder_bundle_matches_package(fla_folder, blinkdl_pth, bundles, export_fn):
     result = export_fn(fla_folder, bundles, quant="fp32", gate=False)
-    assert result.manifest["source"]["kind"] == "hf"
+    assert result.manifest.source["kind"] == "hf"
     ours = coreai_logits(result.path, TOKENS)
     theirs = rwkv_package_logits(blinkdl_pth, TOKENS).numpy()
     assert rel_err(theirs, ours) < 1e-4
@@ -60,7 +60,7 @@ def test_fla_sharded_folder_bundle_matches_package(fla_folder, blinkdl_pth, bund
 def test_export_gate_recorded(pth_fp32_bundle):
     m = pth_fp32_bundle.manifest
     # 6 tokens: the first 3 as one prompt through prefill (one record), then 3 decode steps
-    assert m["gate"]["passed"] and m["gate"]["steps"] == 4
+    assert m.gate.passed and m.gate.steps == 4
     transcript = json.loads((pth_fp32_bundle.path / "gate.json").read_text())
     assert [(s["step"], s["via"]) for s in transcript["steps"]] == [(2, "prefill"), (3, "main"), (4, "main"), (5, "main")]
     assert transcript["summary"]["max_rel_logit_delta"] < 1e-4
@@ -69,15 +69,15 @@ def test_export_gate_recorded(pth_fp32_bundle):
 def test_contract_names_order_shapes_dtypes(pth_fp32_bundle, dims):
     m = pth_fp32_bundle.manifest
     L, H, N, C = dims.layers, dims.width // dims.head, dims.head, dims.width
-    assert [(t["name"], t["shape"], t["dtype"]) for t in m["inputs"]] == [
+    assert [(t.name, list(t.shape), t.dtype) for t in m.main.inputs] == [
         ("input_ids", [1, 1], "int32"),
         ("position_ids", [1, 1], "int32"),
     ]
-    assert [(t["name"], t["shape"], t["dtype"]) for t in m["states"]] == [
+    assert [(t.name, list(t.shape), t.dtype) for t in m.states] == [
         ("recState", [L, 1, H, N, N], "float32"),
         ("shiftState", [L, 1, 2, C], "float32"),
     ]
-    assert [(t["name"], t["shape"], t["dtype"]) for t in m["outputs"]] == [("logits", [1, 1, 320], "float32")]
+    assert [(t.name, list(t.shape), t.dtype) for t in m.main.outputs] == [("logits", [1, 1, 320], "float32")]
     with Runner(pth_fp32_bundle.path) as runner:  # what the runtime itself reports
         d = runner._fn.desc
         assert list(d.input_names) == ["input_ids", "position_ids"]
@@ -101,9 +101,9 @@ def test_each_state_written_once_in_ir(blinkdl_pth, quant):
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):
     m = pth_fp16_bundle.manifest
-    assert m["gate"]["passed"], m["gate"]
-    assert m["outputs"][0]["dtype"] == "float16"
-    assert {t["dtype"] for t in m["states"]} == {"float32"}
+    assert m.gate.passed, m.gate
+    assert m.main.outputs[0].dtype == "float16"
+    assert {t.dtype for t in m.states} == {"float32"}
     ours = coreai_logits(pth_fp16_bundle.path, TOKENS)
     theirs = rwkv_package_logits(blinkdl_pth, TOKENS).numpy()
     assert rel_err(theirs, ours) < get_recipe("fp16").gate.max_rel_logit_delta

@@ -205,7 +205,7 @@ def test_bf16_sharded_folder_loads_lazily(tmp_path):
 
 
 def test_presets_have_fla_geometry(tmp_path):
-    from ssmport.architectures.gated_deltanet import canonical_shapes
+    from ssmport.models.gated_deltanet.checkpoints import canonical_shapes
 
     big = load_model("gated-deltanet-1.3b", synthetic=True)
     c = big.config

@@ -44,17 +44,17 @@ def test_fp32_bundle_matches_transformers_reference(gdn_bundle, gdn_folder):
 
 def test_contract_names_order_shapes(gdn_bundle):
     m = gdn_bundle.manifest
-    assert m["architecture"] == "gated_deltanet" and m["gate"]["passed"]
+    assert m.architecture == "gated_deltanet" and m.gate.passed
     L, W, D = DIMS.layers, DIMS.conv, 2 * DIMS.heads * DIMS.head_dim + DIMS.v_heads * DIMS.dv
-    assert [(t["name"], t["shape"], t["dtype"]) for t in m["inputs"]] == [
+    assert [(t.name, list(t.shape), t.dtype) for t in m.main.inputs] == [
         ("input_ids", [1, 1], "int32"),
         ("position_ids", [1, 1], "int32"),
     ]
-    assert [(t["name"], t["shape"], t["dtype"]) for t in m["states"]] == [
+    assert [(t.name, list(t.shape), t.dtype) for t in m.states] == [
         ("convState", [L, 1, W - 1, D], "float32"),
         ("recState", [L, 1, DIMS.v_heads, DIMS.head_dim, DIMS.dv], "float32"),
     ]
-    assert [(t["name"], t["shape"]) for t in m["outputs"]] == [("logits", [1, 1, DIMS.vocab])]
+    assert [(t.name, list(t.shape)) for t in m.main.outputs] == [("logits", [1, 1, DIMS.vocab])]
     with Runner(gdn_bundle.path) as runner:
         d = runner._fn.desc
         assert list(d.input_names) == ["input_ids", "position_ids"]
@@ -72,8 +72,8 @@ def test_int8keepproj_bundle_gated(gdn_folder, tmp_path):
     from ssmport.exporter import export
 
     result = export(str(gdn_folder), tmp_path, quant="int8keepproj", gate_steps=4, progress=False)
-    assert result.manifest["gate"]["passed"], result.manifest["gate"]
-    kinds = {e["name"]: e["dtype"] for e in result.manifest["plan"]["tensors"]}
+    assert result.manifest.gate.passed, result.manifest.gate
+    kinds = {e["name"]: e["dtype"] for e in result.manifest.plan_tensors}
     assert kinds["lm_head.weight"] == "int8" and kinds["model.layers.0.mlp.down_proj.weight"] == "int8"
     assert kinds["model.layers.0.attn.{q,k,v,a,b,g}_proj.weight"] == "float16"
 

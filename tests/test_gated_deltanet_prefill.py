@@ -14,7 +14,8 @@ import torch.nn.functional as F
 
 from gdn_files import GDNDims, write_gdn_folder
 from ir_checks import graph_texts, writes_per_state
-from ssmport.architectures.gated_deltanet import delta_rule_chunk, delta_rule_step
+from ssmport.ops.delta_rule import chunk as delta_rule_chunk
+from ssmport.ops.delta_rule import step as delta_rule_step
 from ssmport.exporter import convert, export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder

@@ -32,7 +32,7 @@ def lowered(scratch_bundle):
 def test_key_is_the_asset_content_not_the_bundle(lowered, tmp_path):
     bundle, entry, _ = lowered
     moved = shutil.copytree(bundle.path, tmp_path / "elsewhere")
-    manifest = (moved / "manifest.json").read_text().replace(bundle.manifest["bundle_id"], "0" * 32)
+    manifest = (moved / "manifest.json").read_text().replace(bundle.manifest.bundle_id, "0" * 32)
     (moved / "manifest.json").write_text(manifest)
     assert lowered_path(Bundle.open(moved)) == entry
     assert not _load(moved)[0]
@@ -44,8 +44,8 @@ def test_changed_asset_is_lowered_again(lowered, pth_fp16_bundle):
     # Same bundle directory, other asset bytes (a re-export in place).
     shutil.rmtree(bundle.asset_path)
     shutil.copytree(pth_fp16_bundle.path / "model.aimodel", bundle.asset_path)
-    for key in ("inputs", "outputs", "states", "prefill"):
-        bundle.manifest[key] = pth_fp16_bundle.manifest[key]
+    for key in ("main", "states", "prefill"):
+        setattr(bundle.manifest, key, getattr(pth_fp16_bundle.manifest, key))
     bundle.save_manifest()
     assert asset_sha256(bundle.asset_path) != before
     assert lowered_path(bundle) != entry

@@ -59,7 +59,7 @@ def coreai_logits(path, tokens):
 
 
 def test_fp32_bundle_matches_transformers(fp32_bundle, folder):
-    assert fp32_bundle.manifest["gate"]["passed"]
+    assert fp32_bundle.manifest.gate.passed
     ours = coreai_logits(fp32_bundle.path, TOKENS)
     theirs = transformers_logits(folder, TOKENS).numpy()
     assert np.abs(ours - theirs).max() <= 2e-3
@@ -69,7 +69,7 @@ def test_fp32_bundle_matches_transformers(fp32_bundle, folder):
 
 def test_fp16_bundle_matches_transformers_within_its_gate(folder, tmp_path, export_fn):
     result = export_fn(folder, tmp_path, quant="fp16", gate_steps=4)
-    assert result.manifest["gate"]["passed"] and result.manifest["outputs"][0]["dtype"] == "float16"
+    assert result.manifest.gate.passed and result.manifest.main.outputs[0].dtype == "float16"
     ours = coreai_logits(result.path, TOKENS)
     theirs = transformers_logits(folder, TOKENS).numpy()
     rel = np.abs(ours - theirs).max() / np.abs(theirs).max()
@@ -78,12 +78,12 @@ def test_fp16_bundle_matches_transformers_within_its_gate(folder, tmp_path, expo
 
 def test_contract_names_order_shapes(fp32_bundle):
     g, m = GEOMETRY, fp32_bundle.manifest
-    assert [(t["name"], t["shape"], t["dtype"]) for t in m["states"]] == [
+    assert [(t.name, list(t.shape), t.dtype) for t in m.states] == [
         ("convState", [g.layers, 1, g.conv_dim, g.conv], "float32"),
         ("ssmState", [g.layers, 1, g.heads, g.head_dim, g.state], "float32"),
     ]
-    assert [t["name"] for t in m["inputs"]] == ["input_ids", "position_ids"]
-    assert [(t["name"], t["shape"]) for t in m["outputs"]] == [("logits", [1, 1, g.vocab])]
+    assert [t.name for t in m.main.inputs] == ["input_ids", "position_ids"]
+    assert [(t.name, list(t.shape)) for t in m.main.outputs] == [("logits", [1, 1, g.vocab])]
     with Runner(fp32_bundle.path) as runner:
         assert list(runner._fn.desc.state_names) == ["convState", "ssmState"]
         runner.feed(TOKENS[:3])
@@ -112,13 +112,13 @@ def test_each_state_written_once_in_ir(folder, tmp_path, quant, groups):
 def test_tokenizer_json_passthrough_and_cli(fp32_bundle, folder, capsys, tmp_path):
     from tokenizers import Tokenizer
 
-    tok = fp32_bundle.manifest["tokenizer"]
-    copied = fp32_bundle.path / tok["path"]
-    assert tok["kind"] == "hf-json" and tok["origin"] == "next to checkpoint"
+    tok = fp32_bundle.manifest.tokenizer
+    copied = fp32_bundle.path / tok.path
+    assert tok.kind == "hf-json" and tok.origin == "next to checkpoint"
     assert copied.read_bytes() == (folder / "tokenizer.json").read_bytes()
-    assert tok["sha256"] == hashlib.sha256(copied.read_bytes()).hexdigest()
+    assert tok.sha256 == hashlib.sha256(copied.read_bytes()).hexdigest()
     library = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    assert tok["entries"] == library.get_vocab_size()
+    assert tok.entries == library.get_vocab_size()
 
     assert main(["tokenize", str(fp32_bundle.path), "--text", TEXTS[0], "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == library.encode(TEXTS[0]).ids
@@ -139,7 +139,7 @@ def test_stream_decoding_equals_one_shot(folder):
     ids = tok.encode("héllo wörld, 你好 state space")
     stream = tok.stream()
     assert "".join(stream.feed(i) for i in ids) + stream.flush() == tok.decode_text(ids) == "héllo wörld, 你好 state space"
-    assert tok.end_of_text == 0
+    assert tok.eos_ids == (0,)
 
 
 def test_missing_tokenizers_package_is_one_line(fp32_bundle):
@@ -156,7 +156,7 @@ def test_missing_tokenizers_package_is_one_line(fp32_bundle):
 
 def test_synthetic_preset_exports(tmp_path, export_fn):
     result = export_fn("mamba2-tiny", tmp_path, gate_steps=6)
-    assert result.manifest["gate"]["passed"] and result.manifest["synthetic_weights"]
+    assert result.manifest.gate.passed and result.manifest.synthetic_weights
 
 
 def test_broken_folder_cli_is_one_line_and_leaves_nothing(folder, tmp_path, capsys):

@@ -86,6 +86,6 @@ def test_coreai_prefill_equals_m1_loop(bundle, n):
 
 
 def test_prefill_manifest(bundle):
-    p = bundle.manifest["prefill"]
-    assert p["function"] == PREFILL_FUNCTION and p["chunk"] == CHUNK
-    assert bundle.manifest["gate"]["passed"]  # the gate fed half of each stream through prefill
+    p = bundle.manifest.prefill
+    assert p.function == PREFILL_FUNCTION and p.chunk == CHUNK
+    assert bundle.manifest.gate.passed  # the gate fed half of each stream through prefill

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from ssmport.contract import GraphSignature, TensorSig, check_contract
+from ssmport.contract import GraphSignature, check_contract
+from ssmport.manifest import TensorEntry
 from ssmport.errors import SsmportError
 from ssmport.parity import run_gate
 from ssmport.quant.recipes import GateThresholds, gate_thresholds, get_recipe
@@ -68,9 +69,9 @@ def test_contract_rejects_double_writes_and_wrong_order():
     specs = [StateSpec("recState", (2, 1, 4), torch.float32, "x")]
     sig = GraphSignature(
         "main",
-        (TensorSig("input_ids", (1, 1), "int32"), TensorSig("position_ids", (1, 1), "int32")),
-        (TensorSig("recState", (2, 1, 4), "float32"),),
-        (TensorSig("logits", (1, 1, 8), "float32"),),
+        (TensorEntry("input_ids", (1, 1), "int32"), TensorEntry("position_ids", (1, 1), "int32")),
+        (TensorEntry("recState", (2, 1, 4), "float32"),),
+        (TensorEntry("logits", (1, 1, 8), "float32"),),
         {"recState": 1},
         {"recState": 0},
     )

@@ -26,12 +26,12 @@ DRIVER = textwrap.dedent(
     assert load_plugin(plugin).TOY is toy  # loading again is a no-op, not a second registration
     assert ssmport.get_architecture("toyrnn") is toy and "toyrnn-tiny" in ssmport.presets()
     result = ssmport.export("toyrnn-tiny", out, quant="fp32", gate_steps=10, progress=False)
-    assert result.manifest["gate"]["passed"], result.manifest["gate"]
-    assert [s["name"] for s in result.manifest["states"]] == ["h"]
+    assert result.manifest.gate.passed, result.manifest.gate
+    assert [s.name for s in result.manifest.states] == ["h"]
     i8 = ssmport.export("toyrnn-tiny", out, quant="int8keepproj", gate_steps=6, progress=False)
-    kinds = {e["name"]: e["dtype"] for e in i8.manifest["plan"]["tensors"]}
+    kinds = {e["name"]: e["dtype"] for e in i8.manifest.plan_tensors}
     assert kinds["out"] == "int8" and kinds["l0.w"] == "float16", kinds
-    assert i8.manifest["gate"]["passed"]
+    assert i8.manifest.gate.passed
     # a checkpoint on disk, found by the plugin's matches_pth
     weights = toy.synthetic_weights(toy.config_from_json({"vocab_size": 50, "width": 32, "layers": 3}), 1)
     torch.save({n: weights[n] for n in weights}, out + "/toy.pth")

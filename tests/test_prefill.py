@@ -59,25 +59,25 @@ def test_coreai_prefill_equals_m1_loop(prefill_bundle, n):
 
 def test_prefill_manifest_and_runtime_signature(prefill_bundle, dims):
     m = prefill_bundle.manifest
-    p = m["prefill"]
-    assert p["function"] == "prefill" and p["chunk"] == CHUNK
-    assert [(t["name"], t["shape"], t["dtype"]) for t in p["inputs"]] == [
+    p = m.prefill
+    assert p.function == "prefill" and p.chunk == CHUNK
+    assert [(t.name, list(t.shape), t.dtype) for t in p.inputs] == [
         ("input_ids", [1, CHUNK], "int32"),
         ("position_ids", [1, CHUNK], "int32"),
         ("valid_len", [1], "int32"),
     ]
-    assert [(t["name"], t["shape"]) for t in p["outputs"]] == [("logits", [1, 1, dims.vocab])]
+    assert [(t.name, list(t.shape)) for t in p.outputs] == [("logits", [1, 1, dims.vocab])]
     with Runner(prefill_bundle.path) as runner:
         d = runner._prefill.desc
         assert tuple(d.input_names) == PREFILL_INPUT_NAMES
-        assert list(d.state_names) == [s["name"] for s in m["states"]]
+        assert list(d.state_names) == [s.name for s in m.states]
     # the gate fed half of its stream through prefill
-    assert m["gate"]["passed"]
+    assert m.gate.passed
 
 
 def test_no_prefill_export_is_decode_only(blinkdl_pth, tmp_path, export_fn):
     result = export_fn(blinkdl_pth, tmp_path, quant="fp32", gate=False, prefill_chunk=None)
-    assert result.manifest["prefill"] is None
+    assert result.manifest.prefill is None
     with Runner(result.path) as runner:
         assert not runner.has_prefill
         assert runner.feed([1, 2, 3]).shape == (runner.vocab_size,) and runner.tokens == [1, 2, 3]
@@ -85,14 +85,14 @@ def test_no_prefill_export_is_decode_only(blinkdl_pth, tmp_path, export_fn):
 
 def test_all_logits_rows_equal_decode_steps(blinkdl_pth):
     """`all_logits=True` returns every row's logits: the real rows equal decode, step by step."""
-    from ssmport.architectures.rwkv7 import RWKV7Prefill
+    from ssmport.graph import CausalLM
 
     model = load_checkpoint(blinkdl_pth)
     arch = model.architecture
     builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
     with torch.no_grad():
         dec = arch.build_decode(model.config, model.weights, builder, torch.float32).eval()
-        module = RWKV7Prefill(dec, CHUNK, all_logits=True).eval()
+        module = CausalLM(dec.embed, dec.layers, dec.head, dec.specs, chunk=CHUNK, all_logits=True).eval()
         tokens = prompt(5, model.config.vocab_size)
         ids = torch.zeros(1, CHUNK, dtype=torch.int32)
         ids[0, :5] = torch.tensor(tokens)

@@ -11,7 +11,7 @@ import torch
 from rwkv7_files import Dims, blinkdl_state_dict, write_pth
 from ssmport.cli.main import main
 from ssmport.quant import BLOCK_SIZE, get_recipe
-from ssmport.quant.layers import dequantize_int8_blockwise, quantize_int8_blockwise
+from ssmport.quant.int8 import dequantize_int8_blockwise, quantize_int8_blockwise
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
 from ssmport.sources import load_checkpoint
@@ -86,7 +86,7 @@ def test_asset_really_stores_the_plan(sized_checkpoint, tmp_path, export_fn, rec
 
     result = export_fn(sized_checkpoint, tmp_path, quant=recipe, gate=False)
     m = result.manifest
-    plan = m["plan"]["tensors"]
+    plan = m.plan_tensors
     summary = AIModelAsset.load(result.path / "model.aimodel").summary(include_statistics=True)
     stored = dict(summary.storage_types)  # element counts by storage dtype
     int8_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "int8")
@@ -99,17 +99,17 @@ def test_asset_really_stores_the_plan(sized_checkpoint, tmp_path, export_fn, rec
     fp16_extra = int(stored["Float16"]) - fp16_elements - scale_elements
     assert 0 <= fp16_extra <= scale_elements + 64
     assert 0 <= int(stored["Float32"]) - fp32_elements < 256
-    assert abs(m["asset"]["bytes"] / m["plan"]["summary"]["total"] - 1) < 0.02
+    assert abs(m.asset.bytes / m.plan["summary"]["total"] - 1) < 0.02
     # one dequantize op per int8 tensor in each function (main, prefill); the data is stored
     # once (the Int8 element count above)
     ops = dict(summary.operation_distribution)
-    functions = 1 + (m["prefill"] is not None)
+    functions = 1 + (m.prefill is not None)
     assert functions == 2
     assert int(ops.get("blockwise_shift_scale", 0)) == functions * sum(e["dtype"] == "int8" for e in plan)
 
 
 def test_int8keepproj_shrinks_the_asset(sized_checkpoint, tmp_path, export_fn):
-    sizes = {r: export_fn(sized_checkpoint, tmp_path, quant=r, gate=False).manifest["asset"]["bytes"]
+    sizes = {r: export_fn(sized_checkpoint, tmp_path, quant=r, gate=False).manifest.asset.bytes
              for r in ("fp32", "fp16", "int8keepproj")}  # fmt: skip
     assert sizes["fp16"] / sizes["fp32"] < 0.52
     assert sizes["int8keepproj"] / sizes["fp16"] < 0.75
@@ -118,14 +118,14 @@ def test_int8keepproj_shrinks_the_asset(sized_checkpoint, tmp_path, export_fn):
 @pytest.mark.parametrize("recipe", ["int8keepproj", "int8"])
 def test_int8_recipes_pass_their_gates(blinkdl_pth, bundles, export_fn, recipe):
     result = export_fn(blinkdl_pth, bundles, quant=recipe, gate_steps=12)
-    assert result.manifest["gate"]["passed"], result.manifest["gate"]
-    assert result.manifest["outputs"][0]["dtype"] == "float16"
+    assert result.manifest.gate.passed, result.manifest.gate
+    assert result.manifest.main.outputs[0].dtype == "float16"
 
 
 def test_fp16_state_dtype_bundle(blinkdl_pth, tmp_path, export_fn):
     result = export_fn(blinkdl_pth, tmp_path, quant="fp32", state_dtype="fp16", gate_steps=8)
-    assert [s["dtype"] for s in result.manifest["states"]] == ["float16", "float16"]
-    assert result.manifest["gate"]["passed"]
+    assert [s.dtype for s in result.manifest.states] == ["float16", "float16"]
+    assert result.manifest.gate.passed
     with Runner(result.path) as runner:  # allocates what the graph declares
         runner.step(3)
         assert runner.state("recState").dtype == np.float16

@@ -12,13 +12,9 @@ from ssmport.bundle import Bundle
 from ssmport.cli.main import main
 from ssmport.errors import SsmportError
 from ssmport.runtime import Runner
-from ssmport.session import (
-    RWKV_WORLD_CHAT,
-    ChatSession,
-    ChatTemplate,
-    SnapshotCache,
-    StateSnapshot,
-)
+from ssmport.runtime.chat import RWKV_WORLD_CHAT, ChatSession, ChatTemplate
+from ssmport.runtime.snapshot import StateSnapshot
+from ssmport.runtime.snapshot_cache import SnapshotCache
 from ssmport.tokenizers import WorldTokenizer
 
 VOCAB = 320  # the test checkpoints' vocabulary
@@ -63,7 +59,7 @@ def test_snapshot_file_round_trip(runner, pth_fp32_bundle, tmp_path):
 
     with safe_open(str(path), "np") as f:
         header = json.loads(f.metadata()["ssmport"])
-    assert header["bundle_id"] == pth_fp32_bundle.manifest["bundle_id"]
+    assert header["bundle_id"] == pth_fp32_bundle.manifest.bundle_id
     assert header["architecture"] == "rwkv7" and header["token_count"] == 3
     with Runner(pth_fp32_bundle.path) as fresh:
         fresh.restore(StateSnapshot.load(path))
@@ -74,7 +70,7 @@ def test_snapshot_file_round_trip(runner, pth_fp32_bundle, tmp_path):
 def test_snapshot_from_another_bundle_is_refused(runner, pth_fp32_bundle, tmp_path):
     other = shutil.copytree(pth_fp32_bundle.path, tmp_path / "other")
     b = Bundle.open(other)
-    b.manifest["bundle_id"] = "0" * 32
+    b.manifest.bundle_id = "0" * 32
     b.save_manifest()
     runner.reset()
     runner.feed([3])

@@ -32,12 +32,12 @@ def test_bundled_vocab_is_the_rwkv_package_file():
 
 def test_tiny_default_bundle_carries_world_tokenizer(tmp_path, export_fn, capsys):
     result = export_fn("rwkv7-tiny", tmp_path, gate=False)
-    tok = result.manifest["tokenizer"]
-    tsv = result.path / tok["path"]
-    assert tok["entries"] == 65529 and tok["origin"].startswith("bundled")
-    assert hashlib.sha256(tsv.read_bytes()).hexdigest() == tok["sha256"]
+    tok = result.manifest.tokenizer
+    tsv = result.path / tok.path
+    assert tok.entries == 65529 and tok.origin.startswith("bundled")
+    assert hashlib.sha256(tsv.read_bytes()).hexdigest() == tok.sha256
     world = WorldTokenizer.from_file(BUNDLED_WORLD_VOCAB)
-    assert tok["sha256"] == world.fingerprint()
+    assert tok.sha256 == world.fingerprint()
     first = tsv.read_text().split("\n", 1)[0].split("\t")
     assert int(first[0]) == 1 and base64.b64decode(first[1]) == world.decode([1])
 
@@ -54,8 +54,8 @@ def test_vocab_next_to_hf_folder_is_used(fla_folder, tmp_path, export_fn):
     folder = shutil.copytree(fla_folder, tmp_path / "with-vocab")
     small_vocab(folder / "rwkv_vocab_v20230424.txt", 266)
     result = export_fn(folder, tmp_path / "out", quant="fp32", gate=False)
-    tok = result.manifest["tokenizer"]
-    assert tok["origin"] == "next to checkpoint" and tok["entries"] == 266
+    tok = result.manifest.tokenizer
+    assert tok.origin == "next to checkpoint" and tok.entries == 266
 
 
 def test_vocab_larger_than_embedding_is_refused(blinkdl_pth, tmp_path, export_fn):
@@ -68,12 +68,12 @@ def test_unfitting_vocab_next_to_checkpoint_is_left_out(fla_folder, tmp_path, ex
     folder = shutil.copytree(fla_folder, tmp_path / "big-vocab")
     shutil.copy(BUNDLED_WORLD_VOCAB, folder / "rwkv_vocab_v20230424.txt")
     result = export_fn(folder, tmp_path / "out", quant="fp32", gate=False)
-    assert result.manifest["tokenizer"] is None
-    assert "320-row embedding; the bundle gets no tokenizer" in result.manifest["notes"][0]
+    assert result.manifest.tokenizer is None
+    assert "320-row embedding; the bundle gets no tokenizer" in result.manifest.notes[0]
 
 
 def test_small_models_without_vocab_have_no_tokenizer(pth_fp32_bundle, capsys):
-    assert pth_fp32_bundle.manifest["tokenizer"] is None
+    assert pth_fp32_bundle.manifest.tokenizer is None
     assert main(["generate", str(pth_fp32_bundle.path), "--prompt", "hi"]) == 2
     assert "has no tokenizer" in capsys.readouterr().err
 

@@ -67,9 +67,9 @@ def presets() -> dict[str, Preset]:
 
 
 def _register_builtins() -> None:
-    from ssmport.architectures.gated_deltanet import GATED_DELTANET
-    from ssmport.architectures.mamba2 import MAMBA2
-    from ssmport.architectures.rwkv7 import RWKV7
+    from ssmport.models.gated_deltanet import GATED_DELTANET
+    from ssmport.models.mamba2 import MAMBA2
+    from ssmport.models.rwkv7 import RWKV7
 
     register_architecture(RWKV7)
     register_architecture(MAMBA2)

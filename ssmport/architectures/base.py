@@ -7,7 +7,7 @@ synthetic-weight generator and its quantization predicate. Register an instance 
 works with it; `ssmport.testing.check_architecture` then checks the contract every
 architecture must meet. The built-in architectures are written exactly this way.
 
-Walkthrough: docs/adding-an-architecture.md (built on examples/mlstm.py).
+Walkthrough: docs/adding-an-architecture.md (built on examples/xlstm.py).
 """
 
 from __future__ import annotations
@@ -168,11 +168,20 @@ class Architecture(ABC):
         recurrence itself should compute in fp32 whatever the storage dtype.
         """
 
-    @abstractmethod
+    def build_blocks(
+        self, config: ArchConfig, weights: TensorSource, builder: WeightBuilder
+    ) -> tuple[nn.Module, list[nn.Module], nn.Module] | None:
+        """The export form as parts of the generic graph (ssmport.graph.CausalLM): (embedding,
+        one block per layer, head). With it, `build_decode` and `build_prefill` come for free;
+        the built-in architectures are written this way. Default: None (override
+        `build_decode` instead)."""
+        return None
+
     def build_decode(
         self, config: ArchConfig, weights: TensorSource, builder: WeightBuilder, state_dtype: torch.dtype
     ) -> nn.Module:
-        """The export-form M=1 decode module.
+        """The export-form M=1 decode module: by default `ssmport.graph.CausalLM` over
+        `build_blocks`.
 
         `forward(input_ids int32 [1,1], position_ids int32 [1,1]) -> logits [1,1,V]`; its
         mutated buffers are exactly `state_specs(...)`, each written once per call.
@@ -184,6 +193,12 @@ class Architecture(ABC):
         with `read_layer` and write each state once with `write_once` (Apple's GPU delegate
         keeps one write per state); give the head `out_dtype=builder.recipe.logits_dtype`.
         """
+        parts = self.build_blocks(config, weights, builder)
+        if parts is None:
+            raise NotImplementedError(f"{self.name}: implement build_blocks (or build_decode)")
+        from ssmport.graph import CausalLM
+
+        return CausalLM(*parts, self.state_specs(config, state_dtype))
 
     def build_prefill(self, config: ArchConfig, decode: nn.Module, chunk: int) -> nn.Module | None:
         """The export-form chunked prefill module, or None (the bundle is then decode-only).
@@ -193,9 +208,13 @@ class Architecture(ABC):
         t >= valid_len are padding and must leave every state untouched. It must reuse
         `decode`'s parameters (the same tensor objects: the two functions then share one
         copy of the weights in the asset), register the same `state_specs` and write each
-        once. `ssmport.prefill` has the shared pieces (`scan`, `last_valid`);
-        RWKV7Prefill is the worked example.
+        once. Default: the generic graph's prefill over the decode module's own blocks (when
+        `build_decode` is the generic one), else None.
         """
+        from ssmport.graph import CausalLM
+
+        if isinstance(decode, CausalLM):
+            return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=chunk)
         return None
 
     @abstractmethod

@@ -58,7 +58,9 @@ def run(args) -> int:
     from ssmport.bundle import Bundle
     from ssmport.gate import bundle_tokenizer
     from ssmport.runtime import Runner
-    from ssmport.session import ChatSession, SnapshotCache, StateSnapshot, chat_template
+    from ssmport.runtime.chat import ChatSession, chat_template
+    from ssmport.runtime.snapshot import StateSnapshot
+    from ssmport.runtime.snapshot_cache import SnapshotCache
 
     if args.max_tokens < 1 or args.max_snapshots < 1 or args.snapshot_mb <= 0:
         raise SsmportError("--max-tokens, --max-snapshots and --snapshot-mb must be positive")
@@ -78,7 +80,7 @@ def run(args) -> int:
             snap = StateSnapshot.load(args.state)
             runner.restore(snap)
             session.transcript = list(snap.tokens)
-        if bundle.manifest.get("synthetic_weights"):
+        if bundle.manifest.synthetic_weights:
             print("[synthetic weights: replies are noise by design]", file=sys.stderr)
         if script is None:
             print(HELP_LINES, file=sys.stderr)

@@ -61,15 +61,15 @@ def run(args) -> int:
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
     )
     m = result.manifest
-    for note in m["notes"]:
+    for note in m.notes:
         print(f"ssmport: note: {note}", file=sys.stderr)
-    synthetic = " [synthetic weights]" if m["synthetic_weights"] else ""
+    synthetic = " [synthetic weights]" if m.synthetic_weights else ""
     print(f"bundle: {result.path}{synthetic}")
-    print(f"asset: {human_bytes(m['asset']['bytes'])} ({m['recipe']['name']}, state {m['recipe']['state_dtype']}), "
-          f"export {m['export']['seconds']:.1f} s, peak RSS {m['export']['peak_rss_mb']:.0f} MB")  # fmt: skip
+    print(f"asset: {human_bytes(m.asset.bytes)} ({m.recipe.name}, state {m.recipe.state_dtype}), "
+          f"export {m.export['seconds']:.1f} s, peak RSS {m.export['peak_rss_mb']:.0f} MB")  # fmt: skip
     if result.gate_headline:
         print(f"gate: {result.gate_headline}")
-        if not m["gate"]["passed"]:
+        if not m.gate.passed:
             print(f"ssmport: the bundle was written but failed its gate; see {result.path / 'gate.json'} "
                   "and `ssmport gate` for the full report", file=sys.stderr)  # fmt: skip
             return 1

@@ -39,7 +39,7 @@ def run(args) -> int:
     bundle = Bundle.open(args.bundle)
     if args.prompts < 1 or args.steps < 1:
         raise SsmportError("--prompts and --steps must be at least 1")
-    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    vocab = bundle.manifest.vocab_size
     streams = []
     if args.tokens_file:
         streams.append(check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file))
@@ -79,10 +79,10 @@ def _compare(bundle, streams, args) -> int:
     from ssmport.gate import bundle_tokenizer
     from ssmport.parity import default_prompts
 
-    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    vocab = bundle.manifest.vocab_size
     streams = streams or default_prompts(vocab, args.prompts, args.steps, tokenizer=bundle_tokenizer(bundle))
     rows = compare_recipes(bundle, streams, args.weights)
-    synthetic = " [synthetic weights]" if bundle.manifest["synthetic_weights"] else ""
+    synthetic = " [synthetic weights]" if bundle.manifest.synthetic_weights else ""
     print(f"{len(streams)} stream(s), {sum(map(len, streams))} teacher-forced steps vs the fp32 torch reference{synthetic}")
     print(f"{'recipe':14} {'asset':>10} {'top-1':>9} {'ties':>5} {'miss':>5} {'max|Δ|':>9} {'rel':>9} {'limit':>7}  verdict")
     for name, nbytes, r in rows:
@@ -90,5 +90,5 @@ def _compare(bundle, streams, args) -> int:
         print(f"{name:14} {human_bytes(nbytes):>10} {s['top1_agree']:>4}/{r.n:<4} {s['top1_excused_ties']:>5} "
               f"{s['top1_mismatch']:>5} {s['max_abs_logit_delta']:>9.3g} {s['max_rel_logit_delta']:>9.2e} "
               f"{r.thresholds['max_rel_logit_delta']:>7.2g}  {'PASS' if r.passed else 'FAIL'}")  # fmt: skip
-    own = next(r for name, _, r in rows if name == bundle.manifest["recipe"]["name"])
+    own = next(r for name, _, r in rows if name == bundle.manifest.recipe.name)
     return 0 if own.passed else 1

@@ -36,7 +36,7 @@ def run(args) -> int:
         raise SsmportError("--max-tokens must be >= 0")
     if args.temperature < 0 or not 0 < args.top_p <= 1:
         raise SsmportError("need --temperature >= 0 and 0 < --top-p <= 1")
-    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    vocab = bundle.manifest.vocab_size
     tokenizer = None
     if args.prompt is not None:
         tokenizer = bundle_tokenizer(bundle)
@@ -45,12 +45,11 @@ def run(args) -> int:
         prompt = check_ids(tokenizer.encode(args.prompt), vocab, "--prompt")
     else:
         prompt = check_ids(parse_token_ids(args.tokens, "--tokens"), vocab, "--tokens")
-    if bundle.manifest.get("synthetic_weights"):
+    if bundle.manifest.synthetic_weights:
         print("[synthetic weights: output is noise by design]", file=sys.stderr)
     with Runner(bundle) as runner:
-        end = tokenizer.end_of_text if tokenizer else None
-        ids = runner.generate(prompt, args.max_tokens, args.temperature, args.top_p, args.seed,
-                              stop=None if end is None else {end})  # fmt: skip
+        ends = set(tokenizer.eos_ids) if tokenizer else None
+        ids = runner.generate(prompt, args.max_tokens, args.temperature, args.top_p, args.seed, stop=ends)
         if tokenizer is None:
             for n, token in enumerate(ids):
                 print(("," if n else "") + str(token), end="", flush=True)
@@ -59,8 +58,8 @@ def run(args) -> int:
             stream = tokenizer.stream()
             sys.stdout.write(args.prompt)
             for token in ids:
-                if token == end:
-                    break
+                if token in ends or tokenizer.token_bytes(token) is None:
+                    break  # end of text, or an id with no text
                 sys.stdout.write(stream.feed(token))
                 sys.stdout.flush()
             sys.stdout.write(stream.flush() + "\n")

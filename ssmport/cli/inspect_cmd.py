@@ -29,62 +29,60 @@ def run(args) -> int:
     m = bundle.manifest
     on_disk = dir_bytes(bundle.asset_path)
     if args.json:
-        out = {k: v for k, v in m.items() if k != "plan"} | {"plan": {"summary": m["plan"]["summary"]}}
-        if args.plan:
-            out["plan"] = m["plan"]
+        out = m.to_json()
+        if not args.plan:
+            out["plan"] = {"summary": m.plan["summary"]}
         print(json.dumps(out | {"asset_bytes_on_disk": on_disk}, indent=2))
         return 0
-    synthetic = "  [SYNTHETIC WEIGHTS]" if m["synthetic_weights"] else ""
-    print(f"{m['name']}  ({m['architecture']}, ssmport {m['ssmport_version']}){synthetic}")
-    print(f"source: {_source(m['source'])}")
-    print("config: " + ", ".join(f"{k}={v}" for k, v in m["config"].items()))
-    print(f"recipe: {m['recipe']['name']} (state dtype {m['recipe']['state_dtype']}): {m['recipe']['description']}")
-    print(f"function: {m['function']}")
-    _print_interface(m)
-    pre = m.get("prefill")
-    if pre:
-        print(f"function: {pre['function']} (chunked prefill, {pre['chunk']} tokens per call; same states)")
-        _print_interface(pre | {"states": []})
+    synthetic = "  [SYNTHETIC WEIGHTS]" if m.synthetic_weights else ""
+    print(f"{m.name}  ({m.architecture}, ssmport {m.ssmport_version}){synthetic}")
+    print(f"source: {_source(m.source)}")
+    print("config: " + ", ".join(f"{k}={v}" for k, v in m.config.items()))
+    print(f"recipe: {m.recipe.name} (state dtype {m.recipe.state_dtype}): {m.recipe.description}")
+    print(f"function: {m.main.function}")
+    _print_interface(m.main, m.states)
+    if m.prefill:
+        print(f"function: {m.prefill.function} (chunked prefill, {m.prefill.chunk} tokens per call; same states)")
+        _print_interface(m.prefill, ())
     else:
         print("function: no prefill (prompts run one token at a time)")
-    summary = m["plan"]["summary"]
+    summary = m.plan["summary"]
     print("weights by category:")
     for role, nbytes in sorted(summary["by_role"].items(), key=lambda kv: -kv[1]):
-        dtypes = sorted({e["dtype"] for e in m["plan"]["tensors"] if e["role"] == role})
+        dtypes = sorted({e["dtype"] for e in m.plan_tensors if e["role"] == role})
         print(f"  {role:12} {human_bytes(nbytes):>10}  {'/'.join(dtypes)}")
     print("weights by dtype: " + ", ".join(f"{d} {human_bytes(b)}" for d, b in summary["by_dtype"].items()))
     analytic = summary["total"]
     print(f"asset: {human_bytes(on_disk)} on disk vs {human_bytes(analytic)} analytic "
           f"({100 * (on_disk / analytic - 1):+.1f}%)")  # fmt: skip
     if args.plan:
-        for e in m["plan"]["tensors"]:
+        for e in m.plan_tensors:
             block = f" block {e['block']}" if e["block"] else ""
             print(f"    {e['name']:40} {e['role']:10} {str(e['shape']):16} {e['dtype']}{block} {human_bytes(e['bytes'])}")
-    tok = m.get("tokenizer")
+    tok = m.tokenizer
     if tok:
-        print(f"tokenizer: {tok['path']} ({tok['entries']} entries, sha256 {tok['sha256'][:16]}…, {tok['origin']})")
+        print(f"tokenizer: {tok.path} ({tok.entries} entries, sha256 {tok.sha256[:16]}…, {tok.origin})")
     else:
         print("tokenizer: none")
-    ex = m.get("export", {})
-    if "seconds" in ex:
-        print(f"export: {ex['seconds']} s, peak RSS {ex['peak_rss_mb']} MB")
-    g = m.get("gate")
+    if "seconds" in m.export:
+        print(f"export: {m.export['seconds']} s, peak RSS {m.export['peak_rss_mb']} MB")
+    g = m.gate
     if g:
-        verdict = "PASS" if g["passed"] else "FAIL"
-        ties = f" (+{g['top1_excused_ties']} near-tie)" if g["top1_excused_ties"] else ""
-        print(f"gate: {verdict} top-1 {g['top1_agree']}/{g['steps']}{ties}, max |Δlogits| "
-              f"{g['max_abs_logit_delta']:.3g} (rel {g['max_rel_logit_delta']:.2e}) over {g['prompts']} stream(s)")  # fmt: skip
+        verdict = "PASS" if g.passed else "FAIL"
+        ties = f" (+{g.top1_excused_ties} near-tie)" if g.top1_excused_ties else ""
+        print(f"gate: {verdict} top-1 {g.top1_agree}/{g.steps}{ties}, max |Δlogits| "
+              f"{g.max_abs_logit_delta:.3g} (rel {g.max_rel_logit_delta:.2e}) over {g.prompts} stream(s)")  # fmt: skip
     else:
         print("gate: not run (ssmport gate BUNDLE)")
     return 0
 
 
-def _print_interface(entry: dict) -> None:
-    for kind in ("inputs", "states", "outputs"):
-        for t in entry[kind]:
-            nbytes = math.prod(t["shape"]) * _itemsize(t["dtype"])
-            layout = f"  {t['layout']}" if "layout" in t else ""
-            print(f"  {kind[:-1]:6} {t['name']:14} {str(t['shape']):22} {t['dtype']:8} {human_bytes(nbytes):>9}{layout}")
+def _print_interface(function, states) -> None:
+    for kind, entries in (("input", function.inputs), ("state", states), ("output", function.outputs)):
+        for t in entries:
+            nbytes = math.prod(t.shape) * _itemsize(t.dtype)
+            layout = f"  {t.layout}" if getattr(t, "layout", "") else ""
+            print(f"  {kind:6} {t.name:14} {str(list(t.shape)):22} {t.dtype:8} {human_bytes(nbytes):>9}{layout}")
 
 
 def _source(src: dict) -> str:

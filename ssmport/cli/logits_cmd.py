@@ -36,13 +36,13 @@ def run(args) -> int:
     from ssmport.bundle import Bundle
 
     bundle = Bundle.open(args.bundle)
-    vocab = int(bundle.manifest["outputs"][0]["shape"][-1])
+    vocab = bundle.manifest.vocab_size
     ids = check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file)
     if args.backend == "torch":
         from ssmport.sources import rebuild_source
         from ssmport.torch_runner import TorchRunner
 
-        runner = TorchRunner(rebuild_source(bundle.manifest["source"], args.weights), "fp32")
+        runner = TorchRunner(rebuild_source(bundle.manifest.source, args.weights), "fp32")
     else:
         from ssmport.runtime import Runner
 

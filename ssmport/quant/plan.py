@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ssmport.quant.layers import FloatMatmul, Int8Matmul, quantize_int8_blockwise
+from ssmport.ops.matmul import FloatMatmul, Int8Matmul
+from ssmport.quant.int8 import quantize_int8_blockwise
 from ssmport.quant.recipes import BLOCK_SIZE, Recipe
 from ssmport.state import dtype_name
 

@@ -22,7 +22,8 @@ from .vocab_files import (
     vocab_tsv_bytes,
 )
 from .vocab_tsv import VocabExportInfo, VocabVerificationError, export_vocab_tsv, verify_vocab_tsv
-from .world import StreamDecoder, TokenizerError, WorldTokenizer
+from .protocol import StreamDecoder, Tokenizer
+from .world import TokenizerError, WorldTokenizer
 
 __all__ = [
     "BUNDLED_WORLD_VOCAB",
@@ -36,6 +37,7 @@ __all__ = [
     "tokenizer_vocab_size",
     "VOCAB_FILENAMES",
     "StreamDecoder",
+    "Tokenizer",
     "TokenizerError",
     "VocabError",
     "VocabExportInfo",

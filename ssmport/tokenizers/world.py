@@ -24,7 +24,6 @@ children by subtree size, a rough proxy for how often a byte comes next.
 from __future__ import annotations
 
 import bisect
-import codecs
 import hashlib
 import re
 import threading
@@ -34,6 +33,7 @@ from types import MappingProxyType
 
 from ssmport.errors import SsmportError
 
+from .protocol import StreamDecoder
 from .vocab_files import (
     MAX_TOKEN_ID,
     VocabError,
@@ -124,7 +124,8 @@ class WorldTokenizer:
     second for the 65,529-entry World vocab); decoding never needs it.
     """
 
-    end_of_text: int | None = 0  # World's end-of-text id (generation stops there)
+    kind = "rwkv-world"
+    eos_ids = (0,)  # World's end-of-text id (generation stops there)
 
     def __init__(self, id_to_bytes: Mapping[int, bytes], *, source: str | Path | None = None):
         """``id_to_bytes``: unique non-empty byte strings keyed by ids >= 0."""
@@ -179,6 +180,10 @@ class WorldTokenizer:
     def max_token_length(self) -> int:
         """Length in bytes of the longest token (128 for the World vocab)."""
         return self._max_token_len
+
+    def token_bytes(self, token_id: int) -> bytes | None:
+        """The bytes of one id; None for an id with no token (0, end of text, included)."""
+        return self._id_to_bytes.get(token_id)
 
     def token_to_id(self, token: bytes) -> int | None:
         """Id of an exact token byte string, or ``None``."""
@@ -289,47 +294,10 @@ class WorldTokenizer:
 
     def stream(self) -> StreamDecoder:
         """A fresh :class:`StreamDecoder` for printing ids as they are generated."""
-        return StreamDecoder(self)
+        return StreamDecoder(self._known_token_bytes)
 
-
-class StreamDecoder:
-    """Incremental id -> text decoding for streaming output.
-
-    ``feed(id)`` returns the text completed so far ('' while a multi-byte
-    character is still split across tokens); ``flush()`` returns the rest.
-    Invalid bytes become U+FFFD as soon as they are known to be invalid.
-    For any id sequence, ``"".join(feed(i) for i in ids) + flush()`` equals
-    ``tokenizer.decode_text(ids)`` exactly, because CPython's incremental
-    UTF-8 decoder only holds back a trailing *valid* incomplete sequence and
-    otherwise makes the same replacement decisions as a one-shot decode.
-    """
-
-    def __init__(self, tokenizer: WorldTokenizer):
-        self._id_to_bytes = tokenizer._id_to_bytes
-        self._tokenizer = tokenizer
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-
-    def feed(self, token_id: int) -> str:
-        """Add one id; return newly completed text.  An unknown id raises
-        :class:`TokenizerError` and leaves the state unchanged."""
+    def _known_token_bytes(self, token_id: int) -> bytes:
         try:
-            token = self._id_to_bytes[token_id]
+            return self._id_to_bytes[token_id]
         except (KeyError, TypeError):
-            raise self._tokenizer._unknown_id([token_id]) from None
-        return self._decoder.decode(token)
-
-    def flush(self) -> str:
-        """End of stream: return the remaining text (an incomplete trailing
-        sequence becomes U+FFFD) and reset for reuse."""
-        text = self._decoder.decode(b"", final=True)
-        self._decoder.reset()
-        return text
-
-    def reset(self) -> None:
-        """Drop any held-back bytes."""
-        self._decoder.reset()
-
-    @property
-    def pending(self) -> bytes:
-        """Bytes held back because they may start a multi-byte character."""
-        return self._decoder.getstate()[0]
+            raise self._unknown_id([token_id]) from None

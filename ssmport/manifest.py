@@ -1,0 +1,294 @@
+"""The bundle manifest as types: one writer (`Manifest.to_json`), one reader (`Manifest.from_json`).
+
+`manifest.json` records what the bundle is (architecture, config, source, recipe), its graph
+interface as read back from the converted IR (functions, inputs, outputs, states with their
+kinds and layouts), the per-tensor quantization plan, the tokenizer, export statistics and the
+gate summary. Everything else in ssmport reads these fields, never the JSON keys.
+
+Schema versions: 2 adds state kinds ("fixed" / "kv") and the KV context. Version 1 manifests
+(every state fixed) are read as version 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import MISSING, asdict, dataclass, field, fields
+from typing import Any
+
+from ssmport.errors import BundleError
+
+FORMAT = "ssmport-bundle"
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> TensorEntry:
+        r = _Reader(data, where)
+        return cls(r.str("name"), r.shape("shape"), r.str("dtype"))
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+    @property
+    def key(self) -> tuple[str, tuple[int, ...], str]:
+        """(name, shape, dtype): what an interface comparison looks at."""
+        return self.name, self.shape, self.dtype
+
+
+@dataclass(frozen=True)
+class StateEntry(TensorEntry):
+    layout: str = ""
+    kind: str = "fixed"  # "fixed": recurrent, any length; "kv": positional, [L, 1, heads, context, head_dim]
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> StateEntry:
+        base = TensorEntry.from_json(data, where)
+        r = _Reader(data, where)
+        kind = r.str("kind", "fixed")
+        if kind not in ("fixed", "kv"):
+            raise BundleError(f"{where}: state {base.name} has unknown kind {kind!r}")
+        return cls(base.name, base.shape, base.dtype, r.str("layout", ""), kind)
+
+    def to_json(self) -> dict:
+        return super().to_json() | {"layout": self.layout, "kind": self.kind}
+
+
+@dataclass(frozen=True)
+class FunctionEntry:
+    """One function of the asset: its name, inputs and outputs (the states are the bundle's)."""
+
+    function: str
+    inputs: tuple[TensorEntry, ...]
+    outputs: tuple[TensorEntry, ...]
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> FunctionEntry:
+        r = _Reader(data, where)
+        return cls(r.str("function"), r.entries("inputs", TensorEntry), r.entries("outputs", TensorEntry))
+
+    def to_json(self) -> dict:
+        return {"function": self.function, "inputs": [t.to_json() for t in self.inputs],
+                "outputs": [t.to_json() for t in self.outputs]}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class PrefillEntry(FunctionEntry):
+    chunk: int = 0
+    padding: str = "valid_len"  # tokens at t >= valid_len are padding; logits of token valid_len-1
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> PrefillEntry:
+        base = FunctionEntry.from_json(data, where)
+        r = _Reader(data, where)
+        chunk = r.int("chunk")
+        if chunk < 1:
+            raise BundleError(f"{where}: prefill chunk {chunk} is not a positive number of tokens")
+        return cls(base.function, base.inputs, base.outputs, chunk, r.str("padding", "valid_len"))
+
+    def to_json(self) -> dict:
+        return super().to_json() | {"chunk": self.chunk, "padding": self.padding}
+
+
+@dataclass(frozen=True)
+class RecipeEntry:
+    name: str
+    description: str
+    state_dtype: str
+
+
+@dataclass(frozen=True)
+class TokenizerEntry:
+    kind: str  # "rwkv-world" | "hf-json"
+    path: str  # relative to the bundle
+    sha256: str
+    entries: int
+    origin: str | None = None
+
+
+@dataclass(frozen=True)
+class AssetEntry:
+    path: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class GateSummary:
+    """The headline of a gate run (the whole transcript is gate.json)."""
+
+    passed: bool
+    recipe: str
+    synthetic_weights: bool
+    steps: int
+    prompts: int
+    top1_agree: int
+    top1_excused_ties: int
+    top1_mismatch: int
+    max_abs_logit_delta: float
+    max_rel_logit_delta: float
+    logit_scale: float
+    worst_step: dict | None
+    thresholds: dict
+    transcript: str = "gate.json"
+
+
+@dataclass
+class Manifest:
+    """Everything `manifest.json` says about a bundle."""
+
+    bundle_id: str
+    name: str
+    architecture: str
+    config: dict[str, Any]
+    source: dict[str, Any]  # provenance: kind, path / preset / seed (see ssmport.sources)
+    synthetic_weights: bool
+    recipe: RecipeEntry
+    main: FunctionEntry
+    states: tuple[StateEntry, ...]
+    plan: dict[str, Any]  # {"summary": ..., "tensors": [PlanEntry json, ...]}
+    asset: AssetEntry
+    prefill: PrefillEntry | None = None
+    tokenizer: TokenizerEntry | None = None
+    gate: GateSummary | None = None
+    notes: list[str] = field(default_factory=list)
+    export: dict[str, Any] = field(default_factory=dict)  # stage seconds, seconds, peak RSS
+    ssmport_version: str = ""
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.main.outputs[0].shape[-1])
+
+    @property
+    def plan_tensors(self) -> list[dict]:
+        return self.plan["tensors"]
+
+    def to_json(self) -> dict:
+        return {
+            "format": FORMAT,
+            "format_version": FORMAT_VERSION,
+            "ssmport_version": self.ssmport_version,
+            "bundle_id": self.bundle_id,
+            "name": self.name,
+            "architecture": self.architecture,
+            "config": self.config,
+            "source": self.source,
+            "synthetic_weights": self.synthetic_weights,
+            "recipe": asdict(self.recipe),
+            **self.main.to_json(),
+            "states": [s.to_json() for s in self.states],
+            "prefill": None if self.prefill is None else self.prefill.to_json(),
+            "plan": self.plan,
+            "asset": asdict(self.asset),
+            "tokenizer": None if self.tokenizer is None else asdict(self.tokenizer),
+            "gate": None if self.gate is None else asdict(self.gate),
+            "notes": list(self.notes),
+            "export": self.export,
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> Manifest:
+        """Read a manifest; a missing or mistyped field is one `BundleError` naming it."""
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise BundleError(f"{where}: not an ssmport manifest")
+        version = data.get("format_version")
+        if version not in READABLE_VERSIONS:
+            raise BundleError(
+                f"{where}: bundle format version {version!r} is newer or older than this ssmport reads "
+                f"({', '.join(map(str, READABLE_VERSIONS))}); re-export it with this ssmport"
+            )
+        r = _Reader(data, where)
+        plan = r.dict("plan")
+        if not isinstance(plan.get("tensors"), list) or not isinstance(plan.get("summary"), dict):
+            raise BundleError(f"{where}: field 'plan' lacks its 'summary' or 'tensors'")
+        prefill = r.optional_dict("prefill")
+        tokenizer = r.optional_dict("tokenizer")
+        gate = r.optional_dict("gate")
+        return cls(
+            bundle_id=r.str("bundle_id"),
+            name=r.str("name"),
+            architecture=r.str("architecture"),
+            config=r.dict("config"),
+            source=r.dict("source"),
+            synthetic_weights=r.bool("synthetic_weights"),
+            recipe=r.record("recipe", RecipeEntry),
+            main=FunctionEntry.from_json(data, where),
+            states=r.entries("states", StateEntry),
+            plan=plan,
+            asset=r.record("asset", AssetEntry),
+            prefill=None if prefill is None else PrefillEntry.from_json(prefill, f"{where} (prefill)"),
+            tokenizer=None if tokenizer is None else _record(tokenizer, TokenizerEntry, f"{where} (tokenizer)"),
+            gate=None if gate is None else _record(gate, GateSummary, f"{where} (gate)"),
+            notes=[str(n) for n in data.get("notes") or []],
+            export=dict(data.get("export") or {}),
+            ssmport_version=str(data.get("ssmport_version", "")),
+            format_version=int(version),
+        )
+
+
+class _Reader:
+    """Typed field access on one JSON object, with errors that name the field."""
+
+    _MISSING = object()
+
+    def __init__(self, data: Any, where: str):
+        if not isinstance(data, dict):
+            raise BundleError(f"{where}: expected a JSON object")
+        self.data, self.where = data, where
+
+    def _get(self, key: str, types: tuple[type, ...], default: Any = _MISSING):
+        if key not in self.data:
+            if default is not self._MISSING:
+                return default
+            raise BundleError(f"{self.where}: missing field {key!r}")
+        value = self.data[key]
+        if not isinstance(value, types) or (isinstance(value, bool) and bool not in types):
+            raise BundleError(f"{self.where}: field {key!r} has the wrong type ({type(value).__name__})")
+        return value
+
+    def str(self, key: str, default: Any = _MISSING) -> str:
+        return self._get(key, (str,), default)
+
+    def int(self, key: str) -> int:
+        return self._get(key, (int,))
+
+    def bool(self, key: str) -> bool:
+        return self._get(key, (bool,))
+
+    def dict(self, key: str) -> dict:
+        return self._get(key, (dict,))
+
+    def optional_dict(self, key: str) -> dict | None:
+        return self._get(key, (dict, type(None)), None)
+
+    def shape(self, key: str) -> tuple[int, ...]:
+        value = self._get(key, (list,))
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
+            raise BundleError(f"{self.where}: field {key!r} is not a shape")
+        return tuple(value)
+
+    def entries(self, key: str, cls) -> tuple:
+        items = self._get(key, (list,))
+        return tuple(cls.from_json(item, f"{self.where} ({key})") for item in items)
+
+    def record(self, key: str, cls):
+        return _record(self.dict(key), cls, f"{self.where} ({key})")
+
+
+def _record(data: dict, cls, where: str):
+    """A flat dataclass from a JSON object: every field without a default must be present."""
+    names = {f.name for f in fields(cls)}
+    required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
+    missing = [n for n in required if n not in data]
+    if missing:
+        raise BundleError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
+    try:
+        return cls(**{k: v for k, v in data.items() if k in names})
+    except TypeError as exc:
+        raise BundleError(f"{where}: {exc}") from None
+

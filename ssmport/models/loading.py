@@ -1,0 +1,120 @@
+"""What every architecture's loader shares: typed, bounded reads of config.json values, the
+one-line refusal of an option ssmport does not support, and the tied-head rule.
+
+Bounds are checked before anything is sized from a value: a layer count of 10^9 or a width
+of 10^12 in a damaged config.json is refused in one line naming the key, instead of being
+allocated for minutes.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ssmport.errors import CheckpointError
+
+MAX_LAYERS = 1024  # the deepest released models have ~128
+MAX_DIM = 1 << 20  # widths, heads, vocab rows (the largest vocabularies are ~262k)
+_MISSING = object()
+
+
+def as_f32(t: torch.Tensor) -> torch.Tensor:
+    """The transform of a tensor that needs nothing but a cast (MappedSource)."""
+    return t.float()
+
+
+class ConfigReader:
+    """Typed access to one config.json object; every error names the file and the key."""
+
+    def __init__(self, data: Mapping[str, Any], origin: str, family: str, defaults: Mapping[str, Any] | None = None):
+        self.data, self.origin, self.family = data, origin, family
+        self.defaults = dict(defaults or {})
+
+    def raw(self, key: str, default: Any = _MISSING) -> Any:
+        if key in self.data:
+            return self.data[key]
+        if key in self.defaults:
+            return self.defaults[key]
+        if default is _MISSING:
+            raise CheckpointError(f"{self.origin}: config.json lacks {key!r}")
+        return default
+
+    def int(self, key: str, default: Any = _MISSING, *, lo: int = 1, hi: int = MAX_DIM) -> int:
+        value = self.raw(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value != int(value):
+            raise CheckpointError(f"{self.origin}: config.json {key}={value!r} is not a whole number")
+        if not lo <= int(value) <= hi:
+            raise CheckpointError(f"{self.origin}: config.json {key}={int(value)} is outside [{lo}, {hi}]")
+        return int(value)
+
+    def layers(self, key: str, default: Any = _MISSING) -> int:
+        return self.int(key, default, hi=MAX_LAYERS)
+
+    def float(self, key: str, default: Any = _MISSING, *, positive: bool = False, finite: bool = True) -> float:
+        value = json_float(self.raw(key, default), f"{self.origin}: config.json {key}")
+        if (finite and not math.isfinite(value)) or math.isnan(value) or (positive and not value > 0):
+            kind = "a positive number" if positive else "a finite number"
+            raise CheckpointError(f"{self.origin}: config.json {key}={value!r} is not {kind}")
+        return value
+
+    def bool(self, key: str, default: Any = _MISSING) -> bool:
+        value = self.raw(key, default)
+        if not isinstance(value, bool):
+            raise CheckpointError(f"{self.origin}: config.json {key}={value!r} is not true or false")
+        return value
+
+    def unsupported(self, what: str) -> CheckpointError:
+        return CheckpointError(f"{self.origin}: {self.family} config with {what} is not supported")
+
+    def refuse(self, checks: Mapping[str, bool]) -> None:
+        """Raise `unsupported` for the first check that is True ({description: present})."""
+        for what, present in checks.items():
+            if present:
+                raise self.unsupported(what)
+
+
+def json_float(value: Any, what: str) -> float:
+    """A float from config.json: a number, Python's `Infinity`, or transformers 5's
+    `{"__float__": "Infinity"}` (how it writes non-finite floats)."""
+    if isinstance(value, Mapping) and set(value) == {"__float__"}:
+        value = value["__float__"]
+    if isinstance(value, bool):
+        raise CheckpointError(f"{what}={value!r} is not a number")
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise CheckpointError(f"{what}={value!r} is not a number") from None
+
+
+def head_name(tied: bool, source, head: str, embedding: str) -> str:
+    """The checkpoint tensor the LM head is read from: a tied model's embedding, unless the
+    file carries its own head anyway (some tied checkpoints do; then it is the head)."""
+    return embedding if tied and head not in source else head
+
+
+def check_layer_count(layers: int, source, prefix: str, origin: str) -> None:
+    """The config's layer count must be the checkpoint's: compared on tensor names before any
+    shape table is built from it."""
+    present = {int(n[len(prefix) :].split(".", 1)[0]) for n in source if n.startswith(prefix) and n[len(prefix) :].split(".", 1)[0].isdigit()}
+    found = max(present) + 1 if present else 0
+    if found != layers:
+        raise CheckpointError(f"{origin}: config.json says {layers} layers but the checkpoint holds {found} ({prefix}N.*)")
+
+
+def renamed(canonical: Iterable[str], rules: Sequence[tuple[str, str, Callable]]) -> dict[str, tuple[str, Callable]]:
+    """canonical name -> (checkpoint name, transform), by the first rule whose regex matches the
+    whole canonical name: `(pattern, replacement, transform)`, `re.sub` replacement syntax."""
+    compiled = [(re.compile(p), repl, fn) for p, repl, fn in rules]
+    out = {}
+    for name in canonical:
+        for pattern, repl, fn in compiled:
+            if pattern.fullmatch(name):
+                out[name] = (pattern.sub(repl, name), fn)
+                break
+        else:
+            raise KeyError(f"no checkpoint name rule for {name}")  # a bug in the rules, not user input
+    return out

@@ -1,0 +1,44 @@
+"""Mamba-2 (SSD): the architecture object (its parts are this package's modules)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from ssmport.checkpoint import TensorSource
+from ssmport.models.mamba2 import block, checkpoints, quant, synthetic
+from ssmport.models.mamba2.config import PRESETS, Mamba2Config, is_mamba_ssm
+from ssmport.models.mamba2.reference import Mamba2Reference
+from ssmport.models.package import PackagedArchitecture, package_parts
+from ssmport.state import StateSpec
+
+
+@dataclass
+class _Mamba2(PackagedArchitecture):
+    def matches_hf_config(self, config_json: Mapping[str, Any]) -> bool:
+        return super().matches_hf_config(config_json) or is_mamba_ssm(config_json)
+
+    def load_hf(self, config_json: Mapping[str, Any], source: TensorSource):
+        return checkpoints.load(config_json, source)
+
+    def state_specs(self, config: Mamba2Config, state_dtype: torch.dtype) -> list[StateSpec]:
+        c = config
+        return [
+            StateSpec(block.CONV_STATE, (c.num_layers, 1, c.conv_dim, c.conv_kernel), state_dtype,
+                      "[layer, batch, channel (x|B|C), time: last K conv inputs, oldest first]"),
+            StateSpec(block.SSM_STATE, (c.num_layers, 1, c.num_heads, c.head_dim, c.state_size), state_dtype,
+                      "[layer, batch, head, head_dim, state]"),
+        ]  # fmt: skip
+
+
+MAMBA2 = _Mamba2(
+    name="mamba2",
+    description="Mamba-2 (SSD): conv + SSM states, transformers or mamba_ssm folders",
+    hf_architectures=("Mamba2ForCausalLM", "Mamba2Model"),
+    presets=PRESETS,
+    tiny_preset="mamba2-tiny",
+    **package_parts(Mamba2Config, Mamba2Reference, checkpoints, synthetic, block, quant),
+)

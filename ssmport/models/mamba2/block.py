@@ -1,0 +1,94 @@
+"""The export form of a Mamba-2 layer: in_proj, the conv, the gate, the norms and out_proj
+batched over the T rows; the SSM from ssmport.ops.ssd (decode: the deferred update; prefill:
+the chunkwise form)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmport.checkpoint import TensorSource
+from ssmport.graph import Embedding, NormHead, Step
+from ssmport.models.mamba2.config import Mamba2Config
+from ssmport.models.mamba2.quant import role
+from ssmport.ops import ssd
+from ssmport.ops.conv import causal_conv
+from ssmport.ops.norms import grouped_rms_norm, rms_norm
+from ssmport.quant.plan import WeightBuilder
+
+CONV_STATE, SSM_STATE = "convState", "ssmState"
+
+
+class Mamba2Block(nn.Module):
+    """One residual layer. States: convState [conv_dim, K] (the last K conv inputs x|B|C, oldest
+    first: transformers' and mamba_ssm's conv-cache layout) and ssmState [H, P, N]."""
+
+    states = (CONV_STATE, SSM_STATE)
+
+    def __init__(self, cfg: Mamba2Config, i: int, src: TensorSource, b: WeightBuilder, residual_dtype: torch.dtype):
+        super().__init__()
+        self.cfg, self.residual_dtype = cfg, residual_dtype
+        m = f"layers.{i}.mixer."
+        vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
+        self.norm_w = vec(f"layers.{i}.norm.weight")
+        self.in_proj = b.matmul(m + "in_proj.weight", src[m + "in_proj.weight"].t(), role(m + "in_proj.weight"))
+        self.in_bias = vec(m + "in_proj.bias") if cfg.use_bias else None
+        self.conv_w = vec(m + "conv1d.weight")
+        self.conv_b = vec(m + "conv1d.bias") if cfg.use_conv_bias else None
+        self.dt_bias = vec(m + "dt_bias")
+        self.A = b.vector(m + "A_log", -torch.exp(src[m + "A_log"].float()), "ssm")  # stored as A = -exp(A_log)
+        self.D = vec(m + "D")
+        self.gnorm_w = vec(m + "norm.weight")
+        self.out_proj = b.matmul(m + "out_proj.weight", src[m + "out_proj.weight"].t(), role(m + "out_proj.weight"))
+        self.out_bias = vec(m + "out_proj.bias") if cfg.use_bias else None
+
+    def forward(self, x: torch.Tensor, slices: dict, step: Step):
+        """x [T, D] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
+        c = self.cfg
+        I, H, P, N, G = c.intermediate_size, c.num_heads, c.head_dim, c.state_size, c.n_groups
+        T = x.shape[0]
+        zxbcdt = self.in_proj(rms_norm(x, self.norm_w, c.norm_eps))
+        if self.in_bias is not None:
+            zxbcdt = zxbcdt + self.in_bias
+        z, xBC, dt = zxbcdt.split([I, c.conv_dim, H], dim=-1)
+
+        conv = slices[CONV_STATE].float().t()  # [K, conv_dim]: the K inputs, not K-1
+        xBC, new_conv = causal_conv(conv, xBC, self.conv_w.view(c.conv_dim, c.conv_kernel).t(), step.valid_len)
+        if self.conv_b is not None:
+            xBC = xBC + self.conv_b
+        xBC = F.silu(xBC)
+        xs, BC = xBC[:, :I].reshape(T, H, P), xBC[:, I:].reshape(T, 2, G, N)  # BC: B then C, per group
+
+        dt = F.softplus(dt + self.dt_bias)  # [T, H]
+        if c.dt_min > 0 or c.dt_max is not None:
+            dt = dt.clamp(c.dt_min, c.dt_max)
+
+        # The recurrence, in fp32 whatever the state's storage dtype.
+        log_decay, dtx = dt * self.A, dt.view(T, H, 1) * xs  # [T, H], [T, H, P]
+        ssm = slices[SSM_STATE].float()
+        if step.decode:
+            y, S = ssd.decode(ssm, torch.exp(log_decay).view(H), dtx.view(H, P), BC.view(2, G, N))
+            y = y.view(1, H, P)
+        else:
+            S, y = ssd.chunk(ssm, log_decay, dtx, BC, step.valid_len)
+        y = y + self.D.view(H, 1) * xs
+        y = grouped_rms_norm(y.view(T, I) * F.silu(z), self.gnorm_w, G, c.norm_eps)  # gate first, then the norm
+        out = self.out_proj(y)
+        if self.out_bias is not None:
+            out = out + self.out_bias
+        x = x + out
+        if self.residual_dtype != torch.float32:
+            x = x.to(self.residual_dtype).float()
+        return x, {CONV_STATE: new_conv.t(), SSM_STATE: S}
+
+
+def build(cfg: Mamba2Config, src: TensorSource, b: WeightBuilder):
+    """(embedding, blocks, head). residual_in_fp32=False: the checkpoint's own runtime carries the
+    residual in its weight dtype, so it is rounded to the recipe's float dtype after each block."""
+    embed = Embedding(b.table("embeddings.weight", src["embeddings.weight"], "embedding"))
+    residual = torch.float32 if cfg.residual_in_fp32 else b.recipe.float_dtype
+    blocks = [Mamba2Block(cfg, i, src, b, residual) for i in range(cfg.num_layers)]
+    norm = b.vector("norm_f.weight", src["norm_f.weight"], "norm")
+    head = b.matmul("lm_head.weight", src["lm_head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
+    return embed, blocks, NormHead(head, norm, cfg.norm_eps)

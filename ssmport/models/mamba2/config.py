@@ -1,0 +1,138 @@
+"""Mamba-2 config (transformers' Mamba2Config and mamba_ssm's MambaConfig), presets."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ssmport.architectures.base import Preset
+from ssmport.errors import CheckpointError
+from ssmport.models.loading import ConfigReader, json_float
+
+NEOX_VOCAB_ROWS = 50288  # GPT-NeoX's 50,277 tokens padded to a multiple of 16 (state-spaces releases)
+
+
+@dataclass(frozen=True)
+class Mamba2Config:
+    vocab_size: int  # rows of the embedding (padded vocab)
+    hidden_size: int  # D
+    num_layers: int  # L
+    num_heads: int  # H
+    head_dim: int  # P
+    state_size: int  # N
+    n_groups: int = 1  # G: heads h use B/C group h // (H / G)
+    conv_kernel: int = 4  # K
+    use_conv_bias: bool = True
+    use_bias: bool = False  # biases on in_proj / out_proj
+    norm_eps: float = 1e-5  # every RMSNorm, the gated one included
+    residual_in_fp32: bool = True
+    dt_min: float = 0.0  # dt is clamped to [dt_min, dt_max] after the softplus
+    dt_max: float | None = None  # None = no upper bound (the released models)
+
+    @property
+    def intermediate_size(self) -> int:  # I = H * P
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:  # x | B | C
+        return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def in_proj_size(self) -> int:  # z | xBC | dt
+        return self.intermediate_size + self.conv_dim + self.num_heads
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def validate(self) -> None:
+        if self.num_heads % self.n_groups:
+            raise CheckpointError(f"Mamba-2: {self.num_heads} heads do not divide into {self.n_groups} groups")
+        if self.conv_kernel < 2:
+            raise CheckpointError(f"Mamba-2: conv kernel {self.conv_kernel} < 2 is not supported")
+
+    def describe(self) -> str:
+        return (f"(L={self.num_layers} D={self.hidden_size} H={self.num_heads} P={self.head_dim} "
+                f"N={self.state_size} G={self.n_groups} V={self.vocab_size})")  # fmt: skip
+
+
+def _preset(name: str, layers: int, width: int) -> Preset:
+    config = {"vocab_size": NEOX_VOCAB_ROWS, "hidden_size": width, "num_layers": layers, "num_heads": 2 * width // 64,
+              "head_dim": 64, "state_size": 128, "n_groups": 1, "conv_kernel": 4}  # expand 2, headdim 64  # fmt: skip
+    return Preset(name, "mamba2", config, f"state-spaces {name} (L{layers} D{width}, d_state 128, headdim 64)", True)
+
+
+PRESETS = (
+    *(_preset(n, L, D) for n, L, D in (("mamba2-130m", 24, 768), ("mamba2-370m", 48, 1024), ("mamba2-780m", 48, 1536),
+                                       ("mamba2-1.3b", 48, 2048), ("mamba2-2.7b", 64, 2560))),
+    Preset("mamba2-tiny", "mamba2",
+           {"vocab_size": 512, "hidden_size": 128, "num_layers": 2, "num_heads": 8, "head_dim": 32, "state_size": 48,
+            "n_groups": 2, "conv_kernel": 4},
+           "test model: L2 D128, H8 P32 N48, 2 groups, synthetic weights from a fixed seed", released=False),
+)  # fmt: skip
+
+
+def _dt_limit(r: ConfigReader, key: str) -> tuple[float, float | None]:
+    """(lo, hi) of dt's clamp, hi = None for "no upper bound" (JSON cannot say inf portably)."""
+    limit = r.raw(key, None)
+    if limit is None:
+        return 0.0, None
+    if not isinstance(limit, (list, tuple)) or len(limit) != 2:
+        raise CheckpointError(f"{r.origin}: time_step_limit / dt_limit {limit!r} is not a pair of numbers")
+    lo, hi = (json_float(v, f"{r.origin}: config.json {key}") for v in limit)
+    if math.isnan(lo) or math.isnan(hi) or lo < 0 or hi < lo:
+        raise CheckpointError(f"{r.origin}: config.json {key}={limit!r} is not a range 0 <= lo <= hi")
+    return lo, (None if math.isinf(hi) else hi)
+
+
+def from_transformers(cj: Mapping[str, Any], origin: str) -> Mamba2Config:
+    """transformers' Mamba2Config; missing keys take its defaults, as transformers would."""
+    r = ConfigReader(cj, origin, "Mamba-2")
+    # transformers ignores norm_before_gate and always gates first; mamba_ssm honours it. The
+    # two disagree on such a checkpoint, so it is refused rather than guessed.
+    r.refuse({f"hidden_act={cj.get('hidden_act')!r}": cj.get("hidden_act", "silu") != "silu",
+              "norm_before_gate=true": bool(cj.get("norm_before_gate", False))})  # fmt: skip
+    hidden, heads, head_dim = r.int("hidden_size", 4096), r.int("num_heads", 128), r.int("head_dim", 64)
+    expand = r.float("expand", 2, positive=True)
+    if hidden * expand != heads * head_dim:
+        raise CheckpointError(f"{origin}: hidden_size*expand ({hidden}*{expand:g}) != num_heads*head_dim ({heads}*{head_dim})")
+    lo, hi = _dt_limit(r, "time_step_limit")
+    return Mamba2Config(
+        vocab_size=r.int("vocab_size", 32768), hidden_size=hidden, num_layers=r.layers("num_hidden_layers", 64),
+        num_heads=heads, head_dim=head_dim, state_size=r.int("state_size", 128), n_groups=r.int("n_groups", 8),
+        conv_kernel=r.int("conv_kernel", 4), use_conv_bias=bool(cj.get("use_conv_bias", True)),
+        use_bias=bool(cj.get("use_bias", False)), norm_eps=r.float("layer_norm_epsilon", 1e-5, positive=True),
+        residual_in_fp32=bool(cj.get("residual_in_fp32", True)), dt_min=lo, dt_max=hi,
+    )  # fmt: skip
+
+
+def is_mamba_ssm(cj: Mapping[str, Any]) -> bool:
+    ssm = cj.get("ssm_cfg")
+    return "d_model" in cj and isinstance(ssm, Mapping) and ssm.get("layer") == "Mamba2"
+
+
+def from_mamba_ssm(cj: Mapping[str, Any], origin: str, vocab_rows: int) -> Mamba2Config:
+    """mamba_ssm's MambaConfig (state-spaces/mamba2-*): Mamba2 defaults fill ssm_cfg; the vocab
+    is the embedding's rows (vocab_size padded to pad_vocab_size_multiple)."""
+    r, ssm = ConfigReader(cj, origin, "Mamba-2"), ConfigReader(cj["ssm_cfg"], origin, "Mamba-2")
+    s = cj["ssm_cfg"]
+    r.refuse({"d_intermediate (an MLP after each mixer)": cj.get("d_intermediate", 0) not in (0, None),
+              "attention layers (attn_layer_idx)": bool(cj.get("attn_layer_idx")),
+              "rms_norm=false (LayerNorm blocks)": cj.get("rms_norm", True) is not True,
+              "ssm_cfg.rmsnorm=false": s.get("rmsnorm", True) is not True,
+              "ssm_cfg.norm_before_gate=true": bool(s.get("norm_before_gate", False)),
+              "ssm_cfg.D_has_hdim=true": bool(s.get("D_has_hdim", False)),
+              "ssm_cfg.d_ssm (a partial SSM)": s.get("d_ssm") is not None})  # fmt: skip
+    width, head_dim = r.int("d_model"), ssm.int("headdim", 64)
+    inner = int(ssm.float("expand", 2, positive=True) * width)
+    if inner % head_dim:
+        raise CheckpointError(f"{origin}: d_inner {inner} is not a multiple of headdim {head_dim}")
+    lo, hi = _dt_limit(ssm, "dt_limit")
+    return Mamba2Config(
+        vocab_size=vocab_rows, hidden_size=width, num_layers=r.layers("n_layer"), num_heads=inner // head_dim,
+        head_dim=head_dim, state_size=ssm.int("d_state", 128), n_groups=ssm.int("ngroups", 1),
+        conv_kernel=ssm.int("d_conv", 4), use_conv_bias=bool(s.get("conv_bias", True)), use_bias=bool(s.get("bias", False)),
+        norm_eps=r.float("norm_epsilon", 1e-5, positive=True), residual_in_fp32=bool(cj.get("residual_in_fp32", True)),
+        dt_min=lo, dt_max=hi,
+    )  # fmt: skip

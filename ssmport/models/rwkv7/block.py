@@ -1,0 +1,110 @@
+"""The export form of an RWKV-7 layer: every projection batched over the T rows, the WKV
+recurrence from ssmport.ops.wkv7 (decode: the deferred update; prefill: an in-graph loop)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmport.checkpoint import TensorSource
+from ssmport.graph import Embedding, NormHead, Step
+from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
+from ssmport.models.rwkv7.quant import role
+from ssmport.ops import wkv7
+from ssmport.ops.norms import group_norm, layer_norm, unit_normalize
+from ssmport.ops.rows import last_valid, token_shift
+from ssmport.ops.scan import scan
+from ssmport.quant.plan import WeightBuilder
+
+REC_STATE, SHIFT_STATE = "recState", "shiftState"
+
+
+class RWKV7Block(nn.Module):
+    """One layer. States: recState [H, N, Nv] (key-major) and shiftState [2, C] (the last
+    token's inputs to the time mix, after ln1, and to the channel mix, after ln2)."""
+
+    states = (REC_STATE, SHIFT_STATE)
+
+    def __init__(self, cfg: RWKV7Config, i: int, src: TensorSource, b: WeightBuilder):
+        super().__init__()
+        self.cfg, self.index = cfg, i
+        p, a, f = f"blocks.{i}.", f"blocks.{i}.att.", f"blocks.{i}.ffn."
+        vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
+        mm = lambda n: b.matmul(n, src[n].t() if n.endswith(".weight") else src[n], role(n))  # noqa: E731
+        self.ln1_w, self.ln1_b, self.ln2_w, self.ln2_b = (vec(p + n) for n in ("ln1.weight", "ln1.bias", "ln2.weight", "ln2.bias"))
+        # The six mixes as one [6, C] tensor: one broadcast multiply instead of six.
+        self.mix = b.vector(f"{a}x_{{{','.join(MIX_NAMES)}}}", torch.stack([src[f"{a}x_{m}"] for m in MIX_NAMES]), "mix")
+        self.r, self.k, self.v, self.o = (mm(a + n + ".weight") for n in ("receptance", "key", "value", "output"))
+        self.w0, self.w1, self.w2 = vec(a + "w0"), mm(a + "w1"), mm(a + "w2")
+        self.a0, self.a1, self.a2 = vec(a + "a0"), mm(a + "a1"), mm(a + "a2")
+        if i > 0:
+            self.v0, self.v1, self.v2 = vec(a + "v0"), mm(a + "v1"), mm(a + "v2")
+        self.g1, self.g2 = mm(a + "g1"), mm(a + "g2")
+        self.k_k, self.k_a, self.r_k = vec(a + "k_k"), vec(a + "k_a"), vec(a + "r_k")
+        self.lnx_w, self.lnx_b = vec(a + "ln_x.weight"), vec(a + "ln_x.bias")
+        self.ffn_mix = vec(f + "x_k")
+        self.ffn_key, self.ffn_value = mm(f + "key.weight"), mm(f + "value.weight")
+
+    def forward(self, x: torch.Tensor, slices: dict, step: Step):
+        """x [T, C] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
+        c, rec, shift = self.cfg, slices[REC_STATE], slices[SHIFT_STATE]
+        H, N, Nv = c.num_heads, c.head_size, c.v_head
+        T = x.shape[0]
+
+        # --- time mix: every projection batched over the T rows ---
+        xa = layer_norm(x, self.ln1_w, self.ln1_b, c.norm_eps)
+        mix = self.mix if T == 1 else self.mix.view(len(MIX_NAMES), 1, -1)
+        mixed = xa + (token_shift(xa, shift[0:1]) - xa) * mix  # [6,C] at T=1 (decode), else [6,T,C]
+        xr, xw, xk, xv, xa_, xg = (m.view(T, -1) for m in mixed.split(1, dim=0))
+        r, k, v = self.r(xr), self.k(xk), self.v(xv)
+        decay = torch.exp(-DECAY_SCALE * torch.sigmoid(self.w0 + self.w2(torch.tanh(self.w1(xw)))))
+        a = torch.sigmoid(self.a0 + self.a2(self.a1(xa_)))
+        g = self.g2(torch.sigmoid(self.g1(xg)))
+        kk = unit_normalize((k * self.k_k).view(T, H, N))
+        k = k * (1 + (a - 1) * self.k_a)
+        if self.index == 0:
+            step.carry["v_first"] = v
+        else:
+            v = v + (step.carry["v_first"] - v) * torch.sigmoid(self.v0 + self.v2(self.v1(xv)))
+
+        # The recurrence, in fp32 whatever the state's storage dtype.
+        kka = kk * a.view(T, H, N)
+        if step.decode:
+            y, rec_out = wkv7.decode(rec.float(), r.view(H, N), decay.view(H, N), kk.view(H, N), kka.view(H, N),
+                                     k.view(H, N), v.view(H, Nv))  # fmt: skip
+            y = y.view(1, H, Nv)
+        else:  # rows shaped for wkv7.step's broadcasts, so the loop body reshapes nothing
+            rows, cols = (T, H, 1, -1), (T, H, -1, 1)
+            per_token = (r.view(rows), decay.view(cols), kk.view(rows), kka.view(cols), k.view(cols), v.view(rows))
+            S, y = scan(wkv7.step, rec.float().view(1, H, N, Nv), per_token, step.valid_len, (H, 1, Nv), keep_row_dim=True)
+            rec_out, y = S.view(H, N, Nv), y.view(T, H, Nv)
+
+        y = group_norm(y, self.lnx_w, self.lnx_b, c.ln_x_eps)
+        bonus = (r * k * self.r_k.view(1, H * N)).view(T, H, N).sum(dim=-1, keepdim=True)
+        y = y + (bonus * v.view(T, H, Nv)).view(T, H * Nv)
+        x = x + self.o(y * g)
+
+        # --- channel mix ---
+        xf = layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
+        kf = xf + (token_shift(xf, shift[1:2]) - xf) * self.ffn_mix
+        hidden = torch.relu(self.ffn_key(kf))
+        x = x + self.ffn_value(hidden * hidden)
+
+        if not step.decode:  # the shift rows are the last real token's
+            xa, xf = last_valid(xa, step.valid_len), last_valid(xf, step.valid_len)
+        return x, {REC_STATE: rec_out, SHIFT_STATE: (xa, xf)}  # two rows, stacked without a concat
+
+
+def build(cfg: RWKV7Config, src: TensorSource, b: WeightBuilder):
+    """(embedding, blocks, head) of the export form. ln0 is per-row, so it is folded into the
+    embedding table exactly."""
+    emb = src["emb.weight"].float()
+    if cfg.has_ln0:
+        emb = F.layer_norm(emb, (cfg.hidden_size,), src["blocks.0.ln0.weight"], src["blocks.0.ln0.bias"], cfg.norm_eps)
+    embed = Embedding(b.table("emb.weight", emb, "embedding"))
+    del emb
+    blocks = [RWKV7Block(cfg, i, src, b) for i in range(cfg.num_layers)]
+    norm_w, norm_b = (b.vector(n, src[n], "norm") for n in ("ln_out.weight", "ln_out.bias"))
+    head = b.matmul("head.weight", src["head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
+    return embed, blocks, NormHead(head, norm_w, cfg.norm_eps, bias=norm_b)

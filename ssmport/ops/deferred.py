@@ -1,0 +1,73 @@
+"""The deferred whole-state update every recurrent decode step ends with.
+
+A layer's decode step computes its output from the *old* state slice and returns the vectors
+of its update instead of the new slice; the graph then applies every layer's update to the
+whole stacked state in a few elementwise passes and writes it once:
+
+    S'[l] = S[l] * decay[l]  (+/-)  col_1[l] * row_1[l]  (+/-)  col_2[l] * row_2[l] ...
+
+(RWKV-7: diag(w) S - (kk*a)(kk^T S) + k v^T; Mamba-2: S exp(dt A) + (dt x) B^T; Gated DeltaNet:
+S g + k u^T.) Writing each layer's new slice instead copies the whole state once per layer on
+the Linux Core AI runtime (a scatter): ~45 ms per token for RWKV-7 1.5B, 27 of 105 ms for
+mamba2-130m.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from ssmport.ops.rows import stack_rows
+
+
+class Outer(NamedTuple):
+    """col * row: each layer's two vectors of one outer-product term."""
+
+    col: torch.Tensor
+    row: torch.Tensor
+    minus: bool = False  # subtract instead of add
+
+
+class StateUpdate(NamedTuple):
+    """One layer's S' = S * decay + sum of its outer terms.
+
+    The tensors keep the shapes the layer computed them in; `shapes` says how each broadcasts
+    against `view`, the layer's state slice as the update sees it (RWKV-7 [H, N, Nv], Mamba-2
+    [G, H/G, P, N]): the decay's first, then each term's col and row. The stack of all layers
+    is reshaped once, so no per-layer reshape enters the graph. Every layer of a state uses the
+    same shapes.
+    """
+
+    decay: torch.Tensor
+    terms: tuple[Outer, ...]
+    view: tuple[int, ...]
+    shapes: tuple[tuple[int, ...], ...]
+
+    def pieces(self) -> list[torch.Tensor]:
+        """decay, col_1, row_1, col_2, row_2, ... (in the order of `shapes`)."""
+        return [self.decay, *(t for term in self.terms for t in (term.col, term.row))]
+
+
+def _combine(S: torch.Tensor, fields: list[torch.Tensor], terms: tuple[Outer, ...]) -> torch.Tensor:
+    S = S * fields[0]
+    for j, term in enumerate(terms):
+        product = fields[1 + 2 * j] * fields[2 + 2 * j]
+        S = S - product if term.minus else S + product
+    return S
+
+
+def apply(buffer: torch.Tensor, updates: list[StateUpdate]) -> None:
+    """buffer <- every layer's update, computed in fp32 over the whole [L, *view] state and
+    written with one in-place copy (one `write_handle`)."""
+    L, first = len(updates), updates[0]
+    columns = zip(*(u.pieces() for u in updates))  # field by field, every layer's tensor
+    fields = [stack_rows(list(pieces)).view(L, *shape) for pieces, shape in zip(columns, first.shapes)]
+    S = _combine(buffer.float().view(L, *first.view), fields, first.terms)
+    buffer.copy_(S.view(buffer.shape).to(buffer.dtype))
+
+
+def apply_naive(state: torch.Tensor, update: StateUpdate) -> torch.Tensor:
+    """One layer's new slice [*view], from its old slice (any shape with view's elements)."""
+    fields = [t.reshape(shape) for t, shape in zip(update.pieces(), update.shapes)]
+    return _combine(state.float().reshape(update.view), fields, update.terms)

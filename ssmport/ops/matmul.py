@@ -1,0 +1,105 @@
+"""Matmuls as the Core AI runtime wants them: the only module that touches coreai-torch's
+compression internals.
+
+Weights are stored `[in, out]` and applied as `x @ W`: `nn.Linear` lowers to a transpose +
+batch_matmul that re-transposes the weight on every call (20x slower decode here).
+
+Activations between matmuls are fp32; a matmul casts its input to the weight's dtype and
+its output back, so fp16/int8 recipes do their matmuls in fp16 and everything elementwise
+(norms, gates, the recurrence) in fp32.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from coreai_torch._compression.custom_layers import WeightDequantizeModule
+from torch import nn
+
+
+# Above this many output columns a many-row product runs as (W^T x^T)^T: this runtime's
+# [T, in] @ [in, out] kernel slows down on wide outputs (T=64 rows, measured in one process:
+# 2048x8192 850 ms as x @ W vs 408 ms transposed; 768x65536 2840 vs 1484 ms; at 4096
+# columns and below x @ W is faster: 1024x4096 76 vs 108 ms, 768x3072 40 vs 56 ms).
+# One-row products (decode) always use x @ W.
+WIDE_OUTPUT = 4096
+
+
+def rows_matmul(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """x [R, in] @ w [in, out], in the faster form for this runtime."""
+    if x.dim() == 2 and x.shape[0] > 1 and w.shape[1] > WIDE_OUTPUT:
+        return (w.t() @ x.t()).t()
+    return x @ w
+
+
+# A matmul whose output is wider than this runs as a batch of column blocks of this width:
+# on the Linux Core AI runtime `x @ W` streams a [2048, 8192] fp32 weight at ~13 GB/s but
+# 4-8 column blocks of it at ~26 GB/s (the machine's single-thread read bandwidth); the LM
+# head [C, 65536] likewise (benchmarks/matmul_shapes.py). Same dot products, same sums.
+# Widths that 1024 does not divide (a padded vocab of 50288, Mamba-2's in_proj of 3352) use
+# the widest divisor down to MIN_OUT_BLOCK: 768x50288 streamed at 12.3 GB/s plain and 24.9 in
+# 56 blocks of 898, 1024x4352 at 14.4 and 28.3 (benchmarks/matmul_shapes.py).
+OUT_BLOCK = 1024
+MIN_OUT_BLOCK = 256
+MAX_UNBLOCKED_OUT = 2048
+
+
+def out_blocks(n_out: int) -> int:
+    """How many column blocks a weight with `n_out` outputs is stored as (1 = plain [in, out])."""
+    if n_out <= MAX_UNBLOCKED_OUT:
+        return 1
+    for width in range(OUT_BLOCK, MIN_OUT_BLOCK - 1, -1):
+        if n_out % width == 0:
+            return n_out // width
+    return 1
+
+
+class FloatMatmul(nn.Module):
+    """y = x @ W with W [in, out] stored in fp32 or fp16.
+
+    A wide W is stored as `out_blocks` column blocks [blocks, in, out/blocks] and applied as
+    one broadcast batch matmul; the result is laid back out as [..., out].
+    """
+
+    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        n_in, n_out = weight_in_out.shape
+        self.blocks = out_blocks(n_out)
+        w = weight_in_out
+        if self.blocks > 1:
+            w = w.reshape(n_in, self.blocks, n_out // self.blocks).permute(1, 0, 2)
+        self.weight = nn.Parameter(w.contiguous(), requires_grad=False)
+        self.n_out = n_out
+        self.out_dtype = out_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.weight
+        x = x.to(w.dtype)
+        if self.blocks == 1:
+            y = rows_matmul(x, w)
+        else:
+            lead = x.shape[:-1]
+            rows = math.prod(lead)
+            y = x.reshape(1, rows, x.shape[-1]) @ w  # [blocks, rows, out/blocks]
+            if rows > 1:  # one row (decode) needs no transpose: the blocks are already in order
+                y = y.permute(1, 0, 2)
+            y = y.reshape(*lead, self.n_out)
+        return y.to(self.out_dtype)
+
+
+class Int8Matmul(nn.Module):
+    """y = x @ dequant(Q, S): int8 Q [in, out] and fp16 scales S [in/32, out] in the asset.
+
+    `coreai::constexpr_blockwise_shift_scale` keeps the int8 data and scales as constants
+    and dequantizes in-graph (on device the backend fuses it into the matmul).
+    """
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.dequant = WeightDequantizeModule(q, scale)
+        self.out_dtype = out_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        w = self.dequant()
+        return rows_matmul(x.to(w.dtype), w).to(self.out_dtype)

@@ -1,0 +1,65 @@
+"""Normalisations, all over the last dimension, written with x*x (this runtime's `pow` is slow
+and not exact: 0.1% of values came out 1 ulp off in a one-op graph)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) * weight (no weight: the bare normalisation)."""
+    y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
+    return y if weight is None else y * weight
+
+
+def rms_norm_naive(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
+    return F.rms_norm(x, (x.shape[-1],), weight, eps)
+
+
+def grouped_rms_norm(x: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    """RMSNorm of each of `groups` equal parts of the last dimension, then one gain [D]."""
+    *lead, d = x.shape
+    return rms_norm(x.view(*lead, groups, d // groups), None, eps).view(*lead, d) * weight
+
+
+def grouped_rms_norm_naive(x: torch.Tensor, weight: torch.Tensor, groups: int, eps: float) -> torch.Tensor:
+    parts = [rms_norm_naive(p, None, eps) for p in x.chunk(groups, dim=-1)]
+    return torch.cat(parts, dim=-1) * weight
+
+
+def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def group_norm(y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm of each group y [..., G, D] (no affine per group), then the affine over the
+    flattened [..., G*D] (RWKV-7's `ln_x`, a GroupNorm with one group per head)."""
+    centered = y - y.mean(dim=-1, keepdim=True)
+    var = (centered * centered).mean(dim=-1, keepdim=True)
+    normed = centered * torch.rsqrt(var + eps)
+    return normed.reshape(*y.shape[:-2], -1) * weight + bias
+
+
+def group_norm_naive(y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    *lead, groups, d = y.shape
+    flat = y.reshape(-1, groups * d)
+    return F.group_norm(flat, groups, weight, bias, eps).view(*lead, groups * d)
+
+
+def l2_normalize(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(sum(x^2) + eps) (fla's in-kernel q/k normalisation)."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def l2_normalize_naive(x: torch.Tensor, eps: float) -> torch.Tensor:
+    return x / torch.sqrt(x.pow(2).sum(-1, keepdim=True) + eps)
+
+
+def unit_normalize(x: torch.Tensor) -> torch.Tensor:
+    """x / max(||x||, 1e-12) (torch's F.normalize; RWKV-7's removal key)."""
+    return F.normalize(x, dim=-1)
+
+
+def unit_normalize_naive(x: torch.Tensor) -> torch.Tensor:
+    return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)

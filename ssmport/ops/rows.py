@@ -1,0 +1,103 @@
+"""Moving rows: reading a layer's slice of a stacked state, stacking small per-layer rows,
+picking rows of a chunk, the token shift, and writing a state once.
+
+On the Linux Core AI runtime `slice`, `concat` and `index_select` run at a few MB/s while a
+row lookup (`embedding` -> `gather_nd`), a scatter (`index_copy` -> `scatter_nd`) and a 0/1
+selection matmul run at memory speed (benchmarks/state_io.py, benchmarks/profile_ops.py). So
+every row move here is one of those three, and each has a naive twin written with indexing.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def read_layer(buffer: torch.Tensor, i: int) -> torch.Tensor:
+    """Layer i's slice `buffer[i]` of a stacked [L, ...] state, as a row lookup on the
+    [L, rest] view (a slice or `index_select` is 6-15x slower here for the same bytes)."""
+    flat = buffer.reshape(buffer.shape[0], -1)
+    return F.embedding(torch.tensor([i]), flat).view(buffer.shape[1:])
+
+
+def read_layer_naive(buffer: torch.Tensor, i: int) -> torch.Tensor:
+    return buffer[i]
+
+
+def read_layer_by_matmul(buffer: torch.Tensor, i: int) -> torch.Tensor:
+    """Layer i's slice as `onehot(i) @ buffer.view(L, -1)`: exact, and cheaper than
+    `read_layer` only while a per-layer slice is large and L small (no built-in uses it;
+    benchmarks/gdn_composite.py measured both)."""
+    layers = buffer.shape[0]
+    onehot = torch.zeros(1, layers, dtype=buffer.dtype)
+    onehot[0, i] = 1
+    return (onehot @ buffer.reshape(layers, -1)).view(buffer.shape[1:])
+
+
+def stack_rows(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """Stack L tensors of equal size as the rows of an [L, numel] tensor, with a chain of
+    `index_copy` into zeros (`torch.stack` / `cat` lower to a concat, 10-20x slower here).
+    Each scatter copies the whole [L, numel] tensor, so this is for small rows; a big state
+    is updated as a whole instead (ssmport.ops.deferred)."""
+    out = torch.zeros(len(pieces), pieces[0].numel(), dtype=dtype)
+    for i, piece in enumerate(pieces):
+        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(dtype))
+    return out
+
+
+def stack_rows_naive(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    return torch.stack([p.reshape(-1).to(dtype) for p in pieces])
+
+
+def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
+    """Write a stacked [L, ...] state from its L layer slices with a single in-place copy:
+    exactly one `write_handle` per state in the exported graph (Apple's GPU delegate keeps
+    one write per handle), and far cheaper here than writing slices in place."""
+    buffer.copy_(stack_rows(per_layer, buffer.dtype).view(buffer.shape))
+
+
+def select_rows(sources: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    """Rows `rows` [R] of the row-wise concatenation of `sources` (each [n_i, D]), as [R, D],
+    without forming the concatenation: a 0/1 selection matmul per source, which is exact
+    (1*v plus zeros)."""
+    out, first = None, 0
+    for src in sources:
+        n = src.shape[0]
+        pick = (rows.view(-1, 1) == torch.arange(first, first + n).view(1, n)).to(src.dtype) @ src
+        out = pick if out is None else out + pick
+        first += n
+    return out
+
+
+def select_rows_naive(sources: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
+    return torch.cat(sources)[rows.long()]
+
+
+def token_shift(rows: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    """Each row's predecessor: [previous; rows[:-1]] for rows [T, C], previous [1, C].
+
+    For T > 1 a row lookup of rows t-1 with row 0 replaced by `previous` through a 0/1 mask,
+    which is exact (the slice + concat it replaces cost ~1.2 ms per call at T=64, C=768; a
+    T x T shift matrix would be a constant the asset stores)."""
+    prev = previous.float()
+    T = rows.shape[0]
+    if T == 1:
+        return prev
+    earlier = torch.arange(T).clamp(min=1) - 1  # row 0 looks up row 0; the mask drops it
+    first = torch.zeros(T, 1, dtype=rows.dtype)
+    first[0, 0] = 1
+    return F.embedding(earlier, rows) * (1 - first) + first * prev
+
+
+def token_shift_naive(rows: torch.Tensor, previous: torch.Tensor) -> torch.Tensor:
+    return torch.cat([previous.float(), rows[:-1]])
+
+
+def last_valid(rows: torch.Tensor, valid_len: torch.Tensor) -> torch.Tensor:
+    """Row valid_len-1 of `rows` [T, ...], as [1, ...] (the last real token of a chunk)."""
+    return rows.index_select(0, valid_len.long() - 1)
+
+
+def last_valid_naive(rows: torch.Tensor, valid_len: torch.Tensor) -> torch.Tensor:
+    n = int(valid_len[0])
+    return rows[n - 1 : n]

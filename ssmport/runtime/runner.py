@@ -1,0 +1,260 @@
+"""The runner on `coreai.runtime`.
+
+- Loads the bundle's asset through the lowering cache (ssmport.runtime.lowering), so later
+  loads take milliseconds instead of seconds.
+- Binds states by name, allocated zero-filled from the function descriptor with the dtype
+  the graph declares, and checks them against the manifest.
+- Keeps the exact list of tokens fed since the last reset.
+- Feeds prompts through the bundle's `prefill` function, T tokens per call, when it has
+  one (see ssmport/prefill.py), and decodes through `main`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+
+from ssmport._quiet import native_stderr_filtered
+from ssmport.bundle import Bundle
+from ssmport.coreai_loop import CoreAILoop, settle
+from ssmport.errors import BundleError, SsmportError
+from ssmport.interrupts import interrupts_held
+from ssmport.manifest import FunctionEntry
+from ssmport.runtime.lowering import ensure_lowered
+from ssmport.runtime.snapshot import StateSnapshot
+from ssmport.sampling import sample_next
+from ssmport.state import KV
+
+
+# Runners still open at exit are closed (and the runtime settled, see ssmport.coreai_loop)
+# before the interpreter starts finalizing.
+_LIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_live_runners() -> None:
+    for runner in list(_LIVE):
+        runner.close()
+
+
+class Runner:
+    """Run an exported bundle: prompts through `prefill` (when the bundle has it), then
+    one token at a time through the decode function `main`.
+
+    `prefill=False` forces the M=1 path for prompts too (tests and benchmarks compare both).
+    """
+
+    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True):
+        from coreai.runtime import AIModel
+
+        self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
+        m = self.bundle.manifest
+        self.vocab_size = m.vocab_size
+        self._loop = CoreAILoop()
+        _LIVE.add(self)
+        lowered, self.lowered_now = ensure_lowered(self.bundle)
+        prefill_entry = m.prefill if prefill else None
+        with native_stderr_filtered(), interrupts_held():
+            try:
+                self._model = self._loop.run_until_complete(AIModel.load(lowered))
+            except Exception:
+                if self.lowered_now:
+                    raise
+                # A cached lowering that passed its stamp check but does not load (bytes
+                # damaged in place): lower again, once.
+                lowered, self.lowered_now = ensure_lowered(self.bundle, rebuild=True)
+                self._model = self._loop.run_until_complete(AIModel.load(lowered))
+            self._fn = self._model.load_function(function)
+            self._prefill = self._model.load_function(prefill_entry.function) if prefill_entry else None
+        self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
+        # The positions the bundle's kv states hold (None: no kv state, any length).
+        self.context: int | None = min((s.shape[3] for s in m.states if s.kind == KV), default=None)
+        self._check_descriptor(self._fn, m.main)
+        if prefill_entry:
+            self._check_descriptor(self._prefill, prefill_entry)
+        self.tokens: list[int] = []
+        self._states: dict[str, np.ndarray] = {}
+        self.reset()
+
+    @property
+    def has_prefill(self) -> bool:
+        """Whether prompts go through the bundle's chunked `prefill` function."""
+        return self._prefill is not None
+
+    def _check_descriptor(self, fn, entry: FunctionEntry) -> None:
+        """The function's interface as the runtime reports it must be the manifest's."""
+        d = fn.desc
+        expect = {
+            "inputs": [t.key for t in entry.inputs],
+            "outputs": [t.key for t in entry.outputs],
+            "states": [t.key for t in self.bundle.manifest.states],
+        }
+        got = {
+            "inputs": [(n, tuple(d.input_descriptor(n).shape), d.input_descriptor(n).dtype) for n in d.input_names],
+            "outputs": [(n, tuple(d.output_descriptor(n).shape), d.output_descriptor(n).dtype) for n in d.output_names],
+            "states": [(n, tuple(d.state_descriptor(n).shape), d.state_descriptor(n).dtype) for n in d.state_names],
+        }
+        for kind in expect:
+            if expect[kind] != got[kind]:
+                raise BundleError(
+                    f"{self.bundle.path}: the asset's @{entry.function} {kind} "
+                    f"{got[kind]} do not match the manifest {expect[kind]}"
+                )
+
+    @property
+    def state_names(self) -> list[str]:
+        return list(self._fn.desc.state_names)
+
+    def reset(self) -> None:
+        """Zero every state (the Linux runtime does not zero buffers for us)."""
+        from coreai.runtime import NDArray
+
+        d = self._fn.desc
+        self._states = {}
+        for name in d.state_names:
+            desc = d.state_descriptor(name)
+            self._states[name] = np.zeros(desc.shape, dtype=np.dtype(desc.dtype))
+        # NDArray copies the array: the runtime updates its own buffers (read them via state()).
+        self._bound = {name: NDArray(arr) for name, arr in self._states.items()}
+        self.tokens = []
+
+    def state(self, name: str) -> np.ndarray:
+        """The current value of a state (a copy)."""
+        return self._bound[name].numpy().copy()
+
+    def snapshot(self) -> StateSnapshot:
+        """A copy of every state and of the tokens fed: O(fixed state size) plus, for kv
+        states, the rows of the tokens so far."""
+        m, n = self.bundle.manifest, len(self.tokens)
+        states = {s.name: self._bound[s.name].numpy()[:, :, :, :n].copy() if s.kind == KV else self.state(s.name)
+                  for s in m.states}  # fmt: skip
+        return StateSnapshot(m.bundle_id, m.architecture, states, tuple(self.tokens))
+
+    def restore(self, snap: StateSnapshot) -> None:
+        """Put the states and token list back as they were when `snap` was taken (a kv state's
+        positions past the snapshot are zero: they are never read before being written)."""
+        from coreai.runtime import NDArray
+
+        m = self.bundle.manifest
+        snap.check_fits(m)
+        arrays = {}
+        for s in m.states:
+            arrays[s.name] = np.ascontiguousarray(snap.states[s.name])
+            if s.kind == KV:
+                full = np.zeros(s.shape, dtype=arrays[s.name].dtype)
+                full[:, :, :, : len(snap.tokens)] = arrays[s.name]
+                arrays[s.name] = full
+        # NDArray copies the array it is given (and `.numpy()` returns a copy): bind new ones.
+        self._bound = {name: NDArray(arrays[name]) for name in self.state_names}
+        self.tokens = list(snap.tokens)
+
+    def _check_room(self, n: int) -> None:
+        """A bundle with kv states holds `context` positions: refuse to feed past them (never a
+        silent wrap)."""
+        if self.context is not None and len(self.tokens) + n > self.context:
+            raise SsmportError(
+                f"the context is full: {len(self.tokens)} tokens held + {n} new > {self.context} positions "
+                "(export with a larger --context, or start over)"
+            )
+
+    def _check_ids(self, tokens: list[int]) -> None:
+        bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]
+        if bad:
+            raise SsmportError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
+
+    def step(self, token: int) -> np.ndarray:
+        """Feed one token through `main`; return the logits after it as float32 [V]."""
+        from coreai.runtime import NDArray
+
+        self._check_ids([token])
+        self._check_room(1)
+        inputs = {
+            "input_ids": NDArray(np.array([[token]], dtype=np.int32)),
+            "position_ids": NDArray(np.array([[len(self.tokens)]], dtype=np.int32)),
+        }
+        with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
+            out = self._loop.run_until_complete(self._fn(inputs=inputs, state=self._bound))
+            self.tokens.append(int(token))
+        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
+
+    def step_each(self, tokens: list[int]) -> np.ndarray:
+        """Feed tokens one by one through `main`; return the logits after each, float32 [T, V]."""
+        rows = [self.step(t) for t in tokens]
+        return np.stack(rows) if rows else np.zeros((0, self.vocab_size), np.float32)
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        """Feed a prompt; return the logits after its last token, float32 [V].
+
+        Through `prefill`, `prefill_chunk` tokens per call (the last chunk padded), when the
+        bundle has it and it was not turned off; otherwise one token at a time.
+        """
+        if not tokens:
+            raise SsmportError("feed needs at least one token")
+        self._check_ids(tokens)
+        self._check_room(len(tokens))
+        if not self.has_prefill:
+            return self.step_each(tokens)[-1]
+        T = self.prefill_chunk
+        for start in range(0, len(tokens), T):
+            logits = self._prefill_call([int(t) for t in tokens[start : start + T]])
+        return logits
+
+    def _prefill_call(self, chunk: list[int]) -> np.ndarray:
+        from coreai.runtime import NDArray
+
+        T, n = self.prefill_chunk, len(chunk)
+        ids = np.zeros((1, T), dtype=np.int32)  # padding past valid_len never reaches a state
+        ids[0, :n] = chunk
+        first = len(self.tokens)
+        inputs = {
+            "input_ids": NDArray(ids),
+            "position_ids": NDArray(np.arange(first, first + T, dtype=np.int32).reshape(1, T)),
+            "valid_len": NDArray(np.array([n], dtype=np.int32)),
+        }
+        with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
+            out = self._loop.run_until_complete(self._prefill(inputs=inputs, state=self._bound))
+            self.tokens.extend(chunk)
+        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
+
+    def generate(
+        self,
+        prompt: list[int],
+        max_tokens: int,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        seed: int = 0,
+        stop: set[int] | None = None,
+    ) -> Iterator[int]:
+        """Feed the prompt, then yield up to `max_tokens` new ids (greedy at temperature 0)."""
+        if not prompt:
+            raise SsmportError("generation needs at least one prompt token")
+        rng = np.random.default_rng(seed)
+        logits = self.feed(prompt)
+        for _ in range(max_tokens):
+            token = sample_next(logits, temperature, top_p, rng)
+            yield token
+            if stop and token in stop:
+                return
+            logits = self.step(token)
+
+    def close(self) -> None:
+        """Release the runtime objects now, in a fixed order, not at interpreter exit."""
+        for attr in ("_bound", "_prefill", "_fn", "_model"):
+            if hasattr(self, attr):
+                delattr(self, attr)
+        gc.collect()
+        settle()  # the runtime's threads let go of their Python objects before we go on
+        if not self._loop.is_closed():
+            self._loop.close()
+        _LIVE.discard(self)
+
+    def __enter__(self) -> Runner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,223 @@
+"""Every op of ssmport.ops against its plain fp32 naive twin (float64 where only the algebra is
+compared), on non-square shapes so a transposed operand cannot pass by accident."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from ssmport.ops import attention, conv, deferred, delta_rule, norms, rows, scan, segsum, ssd, wkv7
+
+G = torch.Generator().manual_seed(0)
+
+
+def randn(*shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=G, dtype=dtype)
+
+
+def close(a, b, tol=1e-5):
+    assert a.shape == b.shape, (a.shape, b.shape)
+    assert float((a - b).abs().max()) <= tol * max(1.0, float(b.abs().max())), float((a - b).abs().max())
+
+
+# --- rows ---------------------------------------------------------------------------------
+
+
+def test_row_moves_equal_indexing():
+    buf = randn(5, 1, 3, 4)
+    for i in range(5):
+        assert torch.equal(rows.read_layer(buf, i), rows.read_layer_naive(buf, i))
+        assert torch.equal(rows.read_layer_by_matmul(buf, i), rows.read_layer_naive(buf, i))
+    pieces = [randn(3, 4) for _ in range(5)]
+    assert torch.equal(rows.stack_rows(pieces), rows.stack_rows_naive(pieces))
+    out = torch.zeros(5, 3, 4)
+    rows.write_once(out, pieces)
+    assert torch.equal(out, torch.stack(pieces))
+    a, b = randn(3, 6), randn(4, 6)
+    picks = torch.tensor([6, 0, 3, 2, 2])
+    assert torch.equal(rows.select_rows([a, b], picks), rows.select_rows_naive([a, b], picks))
+
+
+@pytest.mark.parametrize("T", [1, 2, 7])
+def test_token_shift_and_last_valid(T):
+    x, prev = randn(T, 6), randn(1, 6)
+    assert torch.equal(rows.token_shift(x, prev), rows.token_shift_naive(x, prev))
+    for n in range(1, T + 1):
+        assert torch.equal(rows.last_valid(x, torch.tensor([n])), rows.last_valid_naive(x, torch.tensor([n])))
+
+
+# --- norms --------------------------------------------------------------------------------
+
+
+def test_norms_equal_torch():
+    x = randn(3, 2, 24)
+    w, b = randn(24), randn(24)
+    close(norms.rms_norm(x, w, 1e-5), norms.rms_norm_naive(x, w, 1e-5))
+    close(norms.grouped_rms_norm(x, w, 4, 1e-5), norms.grouped_rms_norm_naive(x, w, 4, 1e-5))
+    close(norms.group_norm(x.view(3, 4, 12), w.repeat(2), b.repeat(2), 1e-5),
+          norms.group_norm_naive(x.view(3, 4, 12), w.repeat(2), b.repeat(2), 1e-5))  # fmt: skip
+    close(norms.l2_normalize(x, 1e-6), norms.l2_normalize_naive(x, 1e-6))
+    close(norms.unit_normalize(x), norms.unit_normalize_naive(x))
+
+
+# --- conv, scan, segsum, deferred ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("P,T,W,valid", [(3, 1, 4, None), (3, 8, 4, 5), (4, 6, 4, 6), (2, 5, 3, 1)])
+def test_causal_conv_equals_the_window_sum(P, T, W, valid):
+    past, new, weight = randn(P, 7), randn(T, 7), randn(W, 7)
+    vl = None if valid is None else torch.tensor([valid])
+    got, got_past = conv.causal_conv(past, new, weight, vl)
+    want, want_past = conv.causal_conv_naive(past, new, weight, valid)
+    close(got, want)
+    assert torch.equal(got_past, want_past)
+
+
+@pytest.mark.parametrize("valid", [1, 4, 6])
+def test_scan_runs_valid_len_steps(valid):
+    def step(s, x):
+        return s * 0.9 + x, s.sum(-1, keepdim=True)
+
+    state, xs = randn(1, 1, 5), randn(6, 1, 5)
+    got = scan.scan(step, state, (xs,), torch.tensor([valid]), (1, 1), keep_row_dim=True)
+    want = scan.scan_naive(step, state, (xs,), valid, (1, 1), keep_row_dim=True)
+    close(got[0], want[0])
+    close(got[1], want[1])
+
+
+@pytest.mark.parametrize("valid", [1, 5, 7])
+def test_chunk_decays_equal_the_explicit_sums(valid):
+    log_decay = -torch.rand(7, 3, generator=G, dtype=torch.float64)
+    got, want = segsum.chunk_decays(log_decay, torch.tensor([valid])), segsum.chunk_decays_naive(log_decay, valid)
+    for a, b in zip(got, want):
+        close(a, b, 1e-12)
+
+
+def test_deferred_update_equals_per_layer_updates():
+    L, view = 3, (2, 4, 5)
+    shapes = ((2, 4, 1), (2, 4, 1), (2, 1, 5), (2, 4, 1), (2, 1, 5))
+    updates = [deferred.StateUpdate(torch.rand(2, 4, generator=G),
+                                    (deferred.Outer(randn(2, 4), randn(2, 5), minus=True),
+                                     deferred.Outer(randn(8), randn(2, 5))), view, shapes) for _ in range(L)]  # fmt: skip
+    state = randn(L, 1, *view)
+    want = torch.stack([deferred.apply_naive(state[i, 0], u) for i, u in enumerate(updates)]).view(state.shape)
+    deferred.apply(state, updates)
+    close(state, want)
+
+
+# --- recurrences ----------------------------------------------------------------------------
+
+
+def test_wkv7_decode_and_step_equal_the_naive_head_loop():
+    H, N, Nv = 3, 4, 6  # Nv != N: a transposed state fails
+    S = randn(H, N, Nv)
+    r, kk_raw, k = randn(H, N), randn(H, N), randn(H, N)
+    w, a, v = torch.rand(H, N, generator=G) * 0.5 + 0.5, torch.rand(H, N, generator=G), randn(H, Nv)
+    kk = norms.unit_normalize(kk_raw)
+    y, update = wkv7.decode(S, r, w, kk, kk * a, k, v)
+    S_new = deferred.apply_naive(S, update)
+    S_step, y_step = wkv7.step(S.view(1, H, N, Nv), r.view(1, H, 1, N), w.view(1, H, N, 1), kk.view(1, H, 1, N),
+                               (kk * a).view(1, H, N, 1), k.view(1, H, N, 1), v.view(1, H, 1, Nv))  # fmt: skip
+    for h in range(H):  # the naive step runs in BlinkDL's [V, K] layout
+        s_ref, y_ref = wkv7.naive_step(S[h].t(), r[h], w[h], kk[h], a[h], k[h], v[h])
+        close(S_new[h], s_ref.t())
+        close(S_step[0, h], s_ref.t())
+        close(y[h], y_ref)
+        close(y_step[0, h, 0], y_ref)
+
+
+def test_ssd_decode_equals_the_naive_head_loop():
+    H, P, N, G_ = 4, 3, 5, 2
+    S, dtx, BC = randn(H, P, N), randn(H, P), randn(2, G_, N)
+    dt, A, x = torch.rand(H, generator=G), -torch.rand(H, generator=G) * 3, randn(H, P)
+    y, update = ssd.decode(S, torch.exp(dt * A), dt.view(H, 1) * x, BC)
+    S_new = deferred.apply_naive(S.view(update.view), update).view(H, P, N)
+    for h in range(H):
+        g = h // (H // G_)
+        s_ref, y_ref = ssd.naive_step(S[h], x[h], dt[h], A[h], BC[0, g], BC[1, g])
+        close(S_new[h], s_ref)
+        close(y[h], y_ref)
+
+
+@pytest.mark.parametrize("valid", [1, 5, 9])
+def test_ssd_chunk_equals_the_step_loop(valid):
+    H, P, N, G_, T = 4, 3, 5, 2, 9
+    dt = torch.rand(T, H, generator=G, dtype=torch.float64)
+    A = -torch.rand(H, generator=G, dtype=torch.float64) * 2
+    x, BC, S0 = randn(T, H, P, dtype=torch.float64), randn(T, 2, G_, N, dtype=torch.float64), randn(H, P, N, dtype=torch.float64)
+    S_chunk, y_chunk = ssd.chunk(S0, dt * A, dt.view(T, H, 1) * x, BC, torch.tensor([valid]))
+    S = S0.clone()
+    for t in range(valid):
+        for h in range(H):
+            g = h // (H // G_)
+            S[h], y = ssd.naive_step(S[h], x[t, h], dt[t, h], A[h], BC[t, 0, g], BC[t, 1, g])
+            close(y_chunk[t, h], y, 1e-9)
+    close(S_chunk, S, 1e-9)
+
+
+def test_delta_rule_decode_and_step_equal_the_naive_head_loop():
+    HV, dk, dv = 3, 4, 6
+    S, v = randn(HV, dk, dv), randn(HV, dv)
+    q, k = norms.l2_normalize(randn(HV, dk), 1e-6), norms.l2_normalize(randn(HV, dk), 1e-6)
+    beta, g = torch.rand(HV, 1, 1, generator=G), torch.rand(HV, 1, 1, generator=G)
+    o, update = delta_rule.decode(S, q, k, v, beta, g)
+    S_step, o_step = delta_rule.step(S, q, k, v, beta, g)
+    for h in range(HV):
+        s_ref, o_ref = delta_rule.naive_step(S[h], q[h], k[h], v[h], beta[h, 0, 0], g[h, 0, 0])
+        close(deferred.apply_naive(S, update)[h], s_ref)
+        close(S_step[h], s_ref)
+        close(o[h], o_ref)
+        close(o_step[h], o_ref)
+
+
+@pytest.mark.parametrize("valid", [1, 6, 8])
+def test_delta_rule_chunk_equals_the_naive_loop(valid):
+    T, HV, dk, dv = 8, 3, 4, 6
+    f64 = torch.float64
+    q = norms.l2_normalize(randn(T, HV, dk, dtype=f64), 1e-6)
+    k = norms.l2_normalize(randn(T, HV, dk, dtype=f64), 1e-6)
+    v, S0 = randn(T, HV, dv, dtype=f64), randn(HV, dk, dv, dtype=f64)
+    beta, log_g = 2 * torch.rand(T, HV, generator=G, dtype=f64), -torch.rand(T, HV, generator=G, dtype=f64)
+    S_chunk, o_chunk = delta_rule.chunk(S0, q, k, v, beta, log_g, torch.tensor([valid]))
+    S = S0.clone()
+    for t in range(valid):
+        for h in range(HV):
+            S[h], o = delta_rule.naive_step(S[h], q[t, h], k[t, h], v[t, h], beta[t, h], math.exp(log_g[t, h]))
+            close(o_chunk[t, h], o, 1e-9)
+    close(S_chunk, S, 1e-9)
+
+
+# --- attention ------------------------------------------------------------------------------
+
+
+def test_attention_decode_over_the_cache_equals_softmax_over_the_past():
+    H, KVH, d, C, pos = 6, 2, 5, 16, 9
+    q, k, v = randn(H, d), randn(KVH, d), randn(KVH, d)
+    K, V = randn(KVH, C, d), randn(KVH, C, d)  # rows >= pos hold stale values: must be ignored
+    got = attention.decode(q, k, v, K, V, torch.tensor([pos]), d**-0.5)
+    close(got, attention.naive(q, k, v, K[:, :pos].transpose(0, 1), V[:, :pos].transpose(0, 1)))
+    got0 = attention.decode(q, k, v, K, V, torch.tensor([0]), d**-0.5)  # no past at all
+    close(got0, attention.naive(q, k, v, torch.zeros(0, KVH, d), torch.zeros(0, KVH, d)))
+
+
+@pytest.mark.parametrize("start", [0, 3])
+def test_attention_chunk_equals_token_by_token(start):
+    T, H, KVH, d, C = 5, 4, 2, 3, 12
+    q, k, v = randn(T, H, d), randn(T, KVH, d), randn(T, KVH, d)
+    K, V = randn(KVH, C, d), randn(KVH, C, d)
+    got = attention.chunk(q, k, v, K, V, torch.tensor([start]), d**-0.5)
+    past_k, past_v = K[:, :start].transpose(0, 1), V[:, :start].transpose(0, 1)
+    for t in range(T):
+        want = attention.naive(q[t], k[t], v[t], torch.cat([past_k, k[:t]]), torch.cat([past_v, v[:t]]))
+        close(got[t], want)
+
+
+@pytest.mark.parametrize("rotary_dim", [8, 4])
+def test_rotary_equals_rotate_half(rotary_dim):
+    T, heads, d = 5, 3, 8
+    x, positions = randn(T, heads, d), torch.tensor([0, 1, 7, 100, 4095])
+    cos, sin = attention.rotary_tables(positions, attention.rotary_frequencies(d, rotary_dim, 10000.0))
+    got = attention.apply_rotary(x, cos, sin, attention.rotate_half_matrix(d, rotary_dim))
+    close(got, attention.apply_rotary_naive(x, positions, rotary_dim, 10000.0))
