@@ -301,7 +301,7 @@ def write_qwen35_vlm(folder: Path, d: Qwen35Dims = Qwen35Dims(), seed: int = 0, 
                      mtp: bool = True) -> Path:  # fmt: skip
     """The released packaging: a `Qwen3_5ForConditionalGeneration` folder whose language
     model has exactly the weights `write_qwen35_text(d, seed)` writes, plus a tiny vision
-    tower (`model.visual.*`) and, in a shard of their own, the `mtp.*` tensors.
+    tower (`model.visual.*`) and the `mtp.*` tensors, in two shards named as released.
 
     Top-level `tie_word_embeddings` (what the VLM class ties by) equals the text config's.
     """
@@ -330,22 +330,26 @@ def write_qwen35_vlm(folder: Path, d: Qwen35Dims = Qwen35Dims(), seed: int = 0, 
         c["vision_config"]["deepstack_visual_indexes"] = []
 
     _save(model, folder, edit, family="qwen3_5")
-    if mtp:
-        _add_shard(folder, qwen35_mtp_tensors(d, seed), "model-mtp.safetensors")
+    _reshard_as_released(folder, qwen35_mtp_tensors(d, seed) if mtp else {})
     return folder
 
 
-def _add_shard(folder: Path, tensors: dict[str, torch.Tensor], name: str) -> None:
-    """Put extra tensors in a shard of their own and list them in the (possibly new) index."""
-    index_path = folder / "model.safetensors.index.json"
-    if index_path.exists():
-        index = json.loads(index_path.read_text())
-    else:
-        with safe_open(str(folder / "model.safetensors"), "pt") as f:
-            index = {"metadata": {}, "weight_map": dict.fromkeys(f.keys(), "model.safetensors")}
-    save_file({k: v.contiguous() for k, v in tensors.items()}, str(folder / name), metadata={"format": "pt"})
-    index["weight_map"] |= dict.fromkeys(tensors, name)
-    index_path.write_text(json.dumps(index, indent=2))
+def _reshard_as_released(folder: Path, extra: dict[str, torch.Tensor], shards: int = 2) -> None:
+    """Rewrite `model.safetensors` plus `extra` as released Qwen3.5 repos name their files
+    (`model.safetensors-0000i-of-0000n.safetensors` and `model.safetensors.index.json`)."""
+    with safe_open(str(folder / "model.safetensors"), "pt") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()} | extra
+    names = sorted(tensors)
+    per = math.ceil(len(names) / shards)
+    weight_map = {}
+    for i in range(shards):
+        fname = f"model.safetensors-{i + 1:05d}-of-{shards:05d}.safetensors"
+        chunk = {n: tensors[n].contiguous() for n in names[i * per : (i + 1) * per]}
+        save_file(chunk, str(folder / fname), metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(chunk, fname)
+    (folder / "model.safetensors").unlink()
+    index = {"metadata": {}, "weight_map": weight_map}
+    (folder / "model.safetensors.index.json").write_text(json.dumps(index, indent=2))
 
 
 # --------------------------------------------------------------------------- LFM2
@@ -395,8 +399,9 @@ def write_granite_h(folder: Path, d: GraniteDims = GraniteDims(), seed: int = 0)
         num_key_value_heads=d.kv_heads, num_local_experts=0, num_experts_per_tok=0, mamba_n_heads=d.mamba_heads,
         mamba_d_head=d.mamba_head_dim, mamba_n_groups=d.groups, mamba_d_state=d.state, mamba_d_conv=d.conv,
         mamba_expand=d.mamba_heads * d.mamba_head_dim // d.hidden, mamba_conv_bias=True, mamba_proj_bias=False,
-        position_embedding_type=d.position_embedding_type, rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta},
-        rms_norm_eps=d.eps, tie_word_embeddings=d.tied, max_position_embeddings=256, **d.multipliers,
+        position_embedding_type=d.position_embedding_type, rms_norm_eps=d.eps, tie_word_embeddings=d.tied,
+        rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta}, max_position_embeddings=256,
+        **d.multipliers,
     )  # fmt: skip
     torch.manual_seed(seed)
     model = GraniteMoeHybridForCausalLM(config).eval()

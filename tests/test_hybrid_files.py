@@ -99,6 +99,8 @@ def test_vlm_packaging_carries_vision_and_mtp_and_the_same_language_model(folder
     config = json.loads((vlm / "config.json").read_text())
     assert config["model_type"] == "qwen3_5" and config["architectures"] == ["Qwen3_5ForConditionalGeneration"]
     assert config["text_config"]["model_type"] == "qwen3_5_text"
+    assert sorted(p.name for p in vlm.glob("*.safetensors")) == [
+        "model.safetensors-00001-of-00002.safetensors", "model.safetensors-00002-of-00002.safetensors"]
     names = _keys(vlm)
     assert any(n.startswith("model.visual.") for n in names)
     assert len([n for n in names if n.startswith("mtp.")]) == 15
@@ -109,8 +111,9 @@ def test_vlm_packaging_carries_vision_and_mtp_and_the_same_language_model(folder
     }
     # the vision tower and mtp.* do not take part in text-only logits
     torch.testing.assert_close(runs["qwen35-vlm"].logits, runs["qwen35-text"].logits, rtol=0, atol=1e-5)
-    for a, b in zip(hf.stacked_states(runs["qwen35-vlm"].cache).values(), hf.stacked_states(runs["qwen35-text"].cache).values()):
-        torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+    vlm_states, text_states = (hf.stacked_states(runs[n].cache) for n in ("qwen35-vlm", "qwen35-text"))
+    for name in text_states:
+        torch.testing.assert_close(vlm_states[name], text_states[name], rtol=0, atol=1e-5)
 
 
 def test_the_text_class_loads_the_vlm_folder(folders, runs):
@@ -182,8 +185,11 @@ def test_qwen35_attn_output_gate_key_is_not_read_by_transformers(tmp_path, folde
     torch.testing.assert_close(hf.full_logits(folder, TOKENS), runs["qwen35-text"].logits, rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("name,order", [("qwen35-text", [0, 2, 1, 3, 4]), ("lfm2", [0, 2, 1, 3, 4]),
-                                        ("granite-h", [1, 0, 2, 3, 4]), ("nemotron-h", [0, 2, 1, 3, 4, 5, 6])])  # fmt: skip
+PERMUTATIONS = [("qwen35-text", [0, 2, 1, 3, 4]), ("lfm2", [0, 2, 1, 3, 4]), ("granite-h", [1, 0, 2, 3, 4]),
+                ("nemotron-h", [0, 2, 1, 3, 4, 5, 6])]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,order", PERMUTATIONS)
 def test_the_layer_pattern_changes_the_logits(tmp_path, folders, runs, name, order):
     same = hf.write_permuted(folders[name], tmp_path / "identity", list(range(len(order))))
     torch.testing.assert_close(hf.full_logits(same, TOKENS), runs[name].logits, rtol=0, atol=0)
@@ -237,24 +243,39 @@ def test_norm_conventions():
         torch.testing.assert_close(load(gated(12, group_size=6, eps=1e-5), w)(x, z), w * rms(y, 1e-5).view(3, 12))
 
 
+def _layer0_input(model, ids):
+    """The normed input of layer 0's mixer, from transformers' own submodules."""
+    name, layer = type(model).__name__, model.model.layers[0]
+    if name == "Qwen3_5ForCausalLM":
+        return layer.input_layernorm(model.model.embed_tokens(ids))
+    if name == "Lfm2ForCausalLM":
+        return layer.operator_norm(model.model.embed_tokens(ids))
+    if name == "GraniteMoeHybridForCausalLM":
+        return layer.input_layernorm(model.model.embed_tokens(ids) * model.config.embedding_multiplier)
+    return layer.norm(model.model.embeddings(ids))
+
+
+def _layer0_mixer(model):
+    layer = model.model.layers[0]
+    for attr in ("linear_attn", "conv", "mamba", "mixer"):
+        if getattr(layer, attr, None) is not None:
+            return getattr(layer, attr)
+
+
 def _layer0_preconv(model, ids):
-    """Layer 0's pre-conv inputs [T, C] recomputed from transformers' own submodules."""
+    """Layer 0's pre-conv inputs [T, C]."""
+    h, mixer = _layer0_input(model, ids), _layer0_mixer(model)
     name = type(model).__name__
     if name == "Qwen3_5ForCausalLM":
-        layer = model.model.layers[0]
-        return layer.linear_attn.in_proj_qkv(layer.input_layernorm(model.model.embed_tokens(ids)))[0]
+        return mixer.in_proj_qkv(h)[0]
     if name == "Lfm2ForCausalLM":
-        layer = model.model.layers[0]
-        b, _, x = layer.conv.in_proj(layer.operator_norm(model.model.embed_tokens(ids))).chunk(3, dim=-1)
+        b, _, x = mixer.in_proj(h).chunk(3, dim=-1)
         return (b * x)[0]  # LFM2 caches B*x, not x
-    if name == "GraniteMoeHybridForCausalLM":
-        layer, mixer = model.model.layers[0], model.model.layers[0].mamba
-        h = layer.input_layernorm(model.model.embed_tokens(ids) * model.config.embedding_multiplier)
-    else:
-        layer, mixer = model.model.layers[0], model.model.layers[0].mixer
-        h = layer.norm(model.model.embeddings(ids))
-    proj = mixer.in_proj(h)[0]
-    return proj[:, mixer.intermediate_size : mixer.intermediate_size + mixer.conv_dim]
+    return mixer.in_proj(h)[0, :, mixer.intermediate_size : mixer.intermediate_size + mixer.conv_dim]
+
+
+def _states_after(folder, tokens, model):
+    return hf.stacked_states(hf.reference_run(folder, tokens, model=model).cache)
 
 
 @pytest.mark.parametrize("name", ["qwen35-text", "lfm2", "granite-h", "nemotron-h"])
@@ -263,7 +284,7 @@ def _layer0_preconv(model, ids):
 def test_conv_state_holds_the_last_k_inputs_oldest_first(folders, name, n):
     model = hf.load_transformers(folders[name])
     ids = torch.tensor([TOKENS[:n]])
-    conv = hf.stacked_states(hf.reference_run(folders[name], TOKENS[:n], model=model).cache)["convStates"][0, 0]
+    conv = _states_after(folders[name], TOKENS[:n], model)["convStates"][0, 0]
     pre = _layer0_preconv(model, ids)
     k = conv.shape[0]
     expected = torch.cat([torch.zeros(max(0, k - n), pre.shape[1]), pre[-k:]])  # left zero-padded when n < K
@@ -275,9 +296,9 @@ def test_qwen35_recurrent_state_is_key_major_and_value_heads_share_kk_heads_in_b
     """After one token from zero: S[hv] = beta[hv] * l2norm(k[hv // (HV/H)]) (x) v[hv], [k_dim, v_dim]."""
     d = hf.Qwen35Dims()
     model = hf.load_transformers(folders["qwen35-text"])
-    state = hf.stacked_states(hf.reference_run(folders["qwen35-text"], TOKENS[:1], model=model).cache)["recurrentStates"][0, 0]
-    attn = model.model.layers[0].linear_attn
-    h = model.model.layers[0].input_layernorm(model.model.embed_tokens(torch.tensor([TOKENS[:1]])))
+    state = _states_after(folders["qwen35-text"], TOKENS[:1], model)["recurrentStates"][0, 0]
+    attn = _layer0_mixer(model)
+    h = _layer0_input(model, torch.tensor([TOKENS[:1]]))
     w = attn.conv1d.weight[:, 0, -1]  # a first token sees only the newest tap
     qkv = F.silu(attn.in_proj_qkv(h)[0, 0] * w)
     kd = d.linear_k_heads * d.linear_k_dim
@@ -294,15 +315,13 @@ def test_qwen35_recurrent_state_is_key_major_and_value_heads_share_kk_heads_in_b
 def test_mamba2_state_is_head_dim_by_state_and_heads_share_groups_in_blocks(folders, name):
     """After one token from zero: S[h] = dt[h] * x[h] (x) B[h // (H/G)], [head_dim, d_state]."""
     model = hf.load_transformers(folders[name])
-    state = hf.stacked_states(hf.reference_run(folders[name], TOKENS[:1], model=model).cache)["recurrentStates"][0, 0]
-    mixer = model.model.layers[0].mamba if name == "granite-h" else model.model.layers[0].mixer
-    pre = _layer0_preconv(model, torch.tensor([TOKENS[:1]]))[0]
+    state = _states_after(folders[name], TOKENS[:1], model)["recurrentStates"][0, 0]
+    mixer, ids = _layer0_mixer(model), torch.tensor([TOKENS[:1]])
+    pre = _layer0_preconv(model, ids)[0]
     xbc = F.silu(pre * mixer.conv1d.weight[:, 0, -1] + mixer.conv1d.bias)
     H, P, G, N = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
     x, b = xbc[: H * P].view(H, P), xbc[H * P : H * P + G * N].view(G, N)
-    h_in = (model.model.layers[0].input_layernorm(model.model.embed_tokens(torch.tensor([TOKENS[:1]])) * model.config.embedding_multiplier)
-            if name == "granite-h" else model.model.layers[0].norm(model.model.embeddings(torch.tensor([TOKENS[:1]]))))  # fmt: skip
-    dt = F.softplus(mixer.in_proj(h_in)[0, 0, -H:] + mixer.dt_bias)
+    dt = F.softplus(mixer.in_proj(_layer0_input(model, ids))[0, 0, -H:] + mixer.dt_bias)
     expected = torch.stack([dt[h] * torch.outer(x[h], b[h // (H // G)]) for h in range(H)])
     torch.testing.assert_close(state, expected, rtol=0, atol=1e-5)
 
