@@ -13,6 +13,7 @@ import pytest
 from tokenizers import Tokenizer
 
 from ssmport.tokenizers import BUNDLED_WORLD_VOCAB, WorldTokenizer, build_corpus
+from ssmport.tokenizers.corpus import is_utf8
 from ssmport.tokenizers.world_json import (
     END_OF_TEXT,
     byte_level_text,
@@ -73,7 +74,7 @@ def test_known_answer(hf: Tokenizer) -> None:
 
 
 def test_text_matches_world(world: WorldTokenizer, hf: Tokenizer, corpus: list[bytes]) -> None:
-    texts = [s.decode("utf-8") for s in corpus if _is_utf8(s)]
+    texts = [s.decode("utf-8") for s in corpus if is_utf8(s)]
     assert len(texts) > 250
     for text in texts:
         ids = world.encode(text)
@@ -82,7 +83,7 @@ def test_text_matches_world(world: WorldTokenizer, hf: Tokenizer, corpus: list[b
 
 
 def test_bytes_match_world(world: WorldTokenizer, hf_bytes: Tokenizer, corpus: list[bytes]) -> None:
-    invalid = [s for s in corpus if not _is_utf8(s)]
+    invalid = [s for s in corpus if not is_utf8(s)]
     assert len(invalid) > 150  # the random bytes and the hand-picked invalid UTF-8
     for data in corpus:
         ids = world.encode(data)
@@ -151,11 +152,3 @@ def test_small_vocab_with_regex_syntax_bytes(tmp_path) -> None:
         text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
         assert ids_of(hf, text) == tok.encode(text), text
     assert ids_of(hf, "abcde") == [301, ord("d") + 1, ord("e") + 1]
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
