@@ -61,7 +61,8 @@ class BundleDesc:
     def main_name(self) -> str:
         """The function the engines load: ``language.function_map.main[0]``, else ``main``
         (CoreAIRunner.swift:74@86b363d)."""
-        names = (self.language.get("function_map") or {}).get("main") if isinstance(self.language.get("function_map"), Mapping) else None
+        fmap = self.language.get("function_map")
+        names = fmap.get("main") if isinstance(fmap, Mapping) else None
         return names[0] if isinstance(names, list) and names and isinstance(names[0], str) else "main"
 
 
@@ -76,8 +77,13 @@ def describe_directory(bundle_dir: str | Path, functions: Mapping[str, FunctionD
         files=files,
         functions=dict(functions),
         tokenizer_config=_read_json(root / "tokenizer" / "tokenizer_config.json"),
-        tokenizer_has_merges=isinstance(((_read_json(root / "tokenizer" / "tokenizer.json") or {}).get("model") or {}).get("merges"), list),
+        tokenizer_has_merges=_has_merges(_read_json(root / "tokenizer" / "tokenizer.json")),
     )
+
+
+def _has_merges(tokenizer_json: Mapping | None) -> bool:
+    model = (tokenizer_json or {}).get("model")
+    return isinstance(model, Mapping) and isinstance(model.get("merges"), list)
 
 
 def _read_json(path: Path) -> Mapping | None:

@@ -44,7 +44,7 @@ SEQUENTIAL_ENGINE, PIPELINED_ENGINE, STATIC_SHAPE_ENGINE = "coreai-sequential", 
 ENGINES = (SEQUENTIAL_ENGINE, PIPELINED_ENGINE, STATIC_SHAPE_ENGINE)
 THROWS, MISDRIVES = "throws", "misdrives"
 
-PREFILL_FUNCTION = "prefill"
+PREFILL_FUNCTION = "prefill"  # PrefillGraph.swift:11@13e414e: prefillGraphFunctionName
 STATE_DTYPES = ("float16", "bfloat16", "float32")
 STATE_KIND_NAMES = ("kv_cache", "sliding_cache", "fixed")
 BUNDLE_KINDS = ("llm", "vlm", "diffusion", "segmenter", "speech_recognizer")
@@ -254,7 +254,7 @@ def _pipelined(desc: BundleDesc, main: FunctionDesc, revision: str) -> Iterator[
 
 def _io_contract(desc: BundleDesc, main: FunctionDesc, revision: str, engine: str) -> Iterator[Guard]:
     seq = engine == SEQUENTIAL_ENGINE
-    ids, pos = _roles(main, revision)
+    ids, pos = input_roles(main, revision)
     if revision == PREFILL_GRAPH and (ids is None or pos is None):
         yield Guard("inputs.names", cite(INPUT_LAYOUT, 112, 115, commit=STATE_FACTORY_LATER),
                     "resolveRequired(from: inputNames, candidates: knownInputIdNames / knownPositionIdNames)", THROWS,
@@ -303,7 +303,7 @@ def _main_takes_prompts(desc: BundleDesc, main: FunctionDesc, revision: str, eng
         return True
     if _valid_prefill(desc, main):
         return False  # prompt chunks go to `prefill`; main sees the held-back last token
-    ids, _ = _roles(main, revision)
+    ids, _ = input_roles(main, revision)
     # The pipelined engine chunks at a static query length (InputLayout.swift:132-133@34ab73d).
     return not (engine == PIPELINED_ENGINE and ids is not None and len(ids.shape) == 2 and ids.shape[1] == 1)
 
@@ -368,7 +368,7 @@ def _prefill_function(desc: BundleDesc, main: FunctionDesc, revision: str) -> It
     if prefill.outputs:
         yield Guard("prefill.outputs", src(94, 98), "prefillOutputs.isEmpty", THROWS,
                     f"prefill declares outputs {[t.name for t in prefill.outputs]}; expected none")
-    ids, _ = _roles(prefill, revision)
+    ids, _ = input_roles(prefill, revision)
     if ids is not None and (len(ids.shape) != 2 or ids.shape[1] is not None):
         yield Guard("prefill.ids_shape", src(61, 69), "prefillChunkSizes(tokenCount:chunkSize:heldBack:) -- chunks of up to prefillChunkSize",
                     THROWS, f"prefill {ids.name} is {_shape(ids)}; prompt chunks arrive as [1, T] with T varying")
@@ -377,7 +377,7 @@ def _prefill_function(desc: BundleDesc, main: FunctionDesc, revision: str) -> It
 # -- helpers --------------------------------------------------------------------------------------------
 
 
-def _roles(fn: FunctionDesc, revision: str) -> tuple[TensorDesc | None, TensorDesc | None]:
+def input_roles(fn: FunctionDesc, revision: str) -> tuple[TensorDesc | None, TensorDesc | None]:
     """The token-id and position inputs: by name in the prefill-graph revision (InputLayout),
     by position before (inputNames[0], inputNames[1])."""
     if revision == PREFILL_GRAPH:

@@ -12,7 +12,11 @@ argmax may break exact ties differently).
 
 The model is anything with ``call(function_name, inputs, states) -> outputs``: numpy arrays,
 states mutated in place (an adapter over a real runtime copies the results back into them).
-Every call is recorded in ``engine.calls``.
+Every call is recorded in ``engine.calls``. An engine refuses a bundle whose `check_engine`
+verdict has a ``throws`` guard; ``misdrives`` guards are emulated where they concern the
+protocol (rewinds, resets, what is fed), not where they concern buffers (a fixed-size state
+taken for a KV cache is held at its own shape here, where the pipelined engine would cap the
+context at one of its dimensions).
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import numpy as np
 from ssmport.errors import SsmportError
 
 from .description import BundleDesc, FunctionDesc, TensorDesc
-from .engine_rules import PIPELINED_ENGINE, PREFILL_FUNCTION, SEQUENTIAL_ENGINE, THROWS, Guard, _roles, check_engine
+from .engine_rules import PIPELINED_ENGINE, PREFILL_FUNCTION, SEQUENTIAL_ENGINE, THROWS, Guard, check_engine, input_roles
 from .sources import PRE_HYBRID, PREFILL_GRAPH, REVISIONS
 from .state_kinds import KV_CACHE, classify, has_non_truncatable
 
@@ -174,7 +178,7 @@ class _Engine:
         self.balanced_chunks = balanced_chunks
         self.main_name = desc.main_name
         self.main = desc.functions[self.main_name]
-        ids, pos = _roles(self.main, revision)
+        ids, pos = input_roles(self.main, revision)
         self.ids_name, self.pos_name, self.logits_name = ids.name, pos.name, self.main.outputs[0].name
         self.kinds = classify(self.main, revision)
         self.non_truncatable = revision != PRE_HYBRID and has_non_truncatable(self.kinds)
