@@ -32,6 +32,7 @@ from ssmport.tokenizers import (
     load_vocab,
     verify_vocab_tsv,
 )
+from ssmport.tokenizers.corpus import is_utf8
 
 # sha256 of the canonical vocab.tsv of rwkv_vocab_v20230424.txt: pins both the
 # table and the serialization format that manifests record.
@@ -124,7 +125,7 @@ def test_matches_reference_on_corpus(world: WorldTokenizer, reference: TRIE_TOKE
 
 
 def test_matches_reference_on_str_input(world: WorldTokenizer, reference: TRIE_TOKENIZER, corpus: list[bytes]) -> None:
-    texts = [s.decode("utf-8") for s in corpus if _is_utf8(s)]
+    texts = [s.decode("utf-8") for s in corpus if is_utf8(s)]
     assert len(texts) > 100
     for text in texts:
         assert world.encode(text) == reference.encode(text), text[:80]
@@ -457,11 +458,3 @@ def test_verify_rejects_a_different_vocab(exported: tuple[Path, bytes], tmp_path
     other = WorldTokenizer.from_file(write_txt_vocab(tmp_path / "small.txt", byte_entries()))
     with pytest.raises(VocabVerificationError, match="vocab.tsv verification failed"):
         verify_vocab_tsv(exported[0], other)
-
-
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True

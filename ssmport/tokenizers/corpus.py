@@ -52,6 +52,15 @@ _SAMPLES: tuple[str | bytes, ...] = (
 )
 
 
+def is_utf8(data: bytes) -> bool:
+    """Whether a corpus sample is valid UTF-8 (a text every tokenizer API accepts)."""
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
 def sample_texts() -> list[bytes]:
     """The hand-picked cases as UTF-8 (or deliberately invalid) bytes."""
     return [s.encode("utf-8") if isinstance(s, str) else s for s in _SAMPLES]

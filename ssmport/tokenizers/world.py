@@ -7,23 +7,13 @@ there are no ties.  This is not BPE and not an optimal segmentation: a longer
 first token always wins even if it forces more tokens later.
 
 Speed: the obvious pure-Python trie walk costs several bytecodes per input
-byte.  Instead the vocab trie is compiled once into a regular expression in
-which every trie node is an alternation over its children, with an empty
-alternative last when the node itself is a token, e.g. tokens
-``a, ab, abc, b`` give ``(?:a(?:b(?:c|)|)|b)``.  Children start with distinct
-bytes, so at most one alternative can match and backtracking returns to the
-deepest token node on the walked path: ``findall`` yields exactly the greedy
-longest-match tokens, with the walking done by the stdlib ``re`` engine in C.
-The engine tries alternatives one after another, so their order matters for
-speed (never for the result): children that are tokens with nothing below
-them are merged into one character class tried first (one bitmap test; makes
-lone bytes such as stray UTF-8 continuation bytes cheap), then the other
-children by subtree size, a rough proxy for how often a byte comes next.
+byte.  Instead the vocab trie is compiled once into a regular expression whose
+leftmost match is the longest token at a position (`trie_regex`), so the
+walking is done by the stdlib ``re`` engine in C.
 """
 
 from __future__ import annotations
 
-import bisect
 import hashlib
 import re
 import threading
@@ -34,6 +24,7 @@ from types import MappingProxyType
 from ssmport.errors import SsmportError
 
 from .protocol import StreamDecoder
+from .trie_regex import trie_regex
 from .vocab_files import (
     MAX_TOKEN_ID,
     VocabError,
@@ -46,74 +37,29 @@ from .vocab_files import (
 # of matched byte strings stays small for huge inputs.
 _CHUNK_BYTES = 1 << 20
 
-_ESCAPED = [re.escape(bytes((b,))) for b in range(256)]
 
 
 class TokenizerError(SsmportError, ValueError):
     """Encoding or decoding failed (unknown id, input the vocab cannot cover, ...)."""
 
 
-def _byte_class(values: list[int]) -> bytes:
-    if len(values) == 1:
-        return _ESCAPED[values[0]]
-    return b"[" + b"".join(_ESCAPED[b] for b in sorted(values)) + b"]"
+# Each byte as a latin-1 character, escaped the way `re` escapes a bytes pattern.
+_LATIN1_ESCAPED = [re.escape(chr(b)) for b in range(256)]
+
+
+def _latin1_atom(byte: int, in_class: bool) -> str:
+    return _LATIN1_ESCAPED[byte]
 
 
 def _trie_regex_source(tokens: Iterable[bytes]) -> bytes:
-    """Regex source whose leftmost match at any position is the longest token
-    that prefixes the input there (see the module docstring).
+    """Bytes regex whose leftmost match at any position is the longest token that
+    prefixes the input there (see `trie_regex`).
 
     A final ``|.`` alternative consumes one byte where no token matches, so that
     ``findall`` leaves no gaps and the caller can report the offending byte.
     """
-    toks = sorted(tokens)
-    out: list[bytes] = []
-
-    def node(lo: int, hi: int, depth: int) -> None:
-        # toks[lo:hi] are the tokens sharing the prefix toks[lo][:depth], which
-        # has already been matched.  Emits the pattern for the rest.
-        while True:
-            terminal = len(toks[lo]) == depth  # sorted: the prefix itself comes first
-            start = lo + 1 if terminal else lo
-            branches: list[tuple[int, int, int, int]] = []  # (-size, byte, lo, hi)
-            leaves: list[int] = []  # children that are tokens with nothing below
-            i = start
-            while i < hi:
-                byte = toks[i][depth]
-                j = hi if byte == 255 else bisect.bisect_left(toks, toks[i][:depth] + bytes((byte + 1,)), i, hi)
-                if j - i == 1 and len(toks[i]) == depth + 1:
-                    leaves.append(byte)
-                else:
-                    branches.append((i - j, byte, i, j))
-                i = j
-            if not branches and not leaves:
-                return
-            if not terminal and not leaves and len(branches) == 1:
-                # A plain chain of bytes: no group needed, and no recursion, so
-                # long tokens do not nest.
-                _, byte, lo, hi = branches[0]
-                out.append(_ESCAPED[byte])
-                depth += 1
-                continue
-            break
-        if terminal and not branches:
-            out.append(_byte_class(leaves) + b"?")
-            return
-        out.append(b"(?:")
-        if leaves:
-            out.append(_byte_class(leaves))
-        for k, (_, byte, i, j) in enumerate(sorted(branches)):
-            if k or leaves:
-                out.append(b"|")
-            out.append(_ESCAPED[byte])
-            node(i, j, depth + 1)
-        out.append(b"|)" if terminal else b")")
-
-    if toks:
-        node(0, len(toks), 0)
-        out.append(b"|")
-    out.append(b".")
-    return b"".join(out)
+    source = trie_regex(tokens, _latin1_atom)
+    return (source + "|." if source else ".").encode("latin-1")
 
 
 class WorldTokenizer:

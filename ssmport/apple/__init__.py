@@ -1,0 +1,37 @@
+"""Bundles for Apple's own engines (apple/coreai-models' CoreAILanguageModels), read from their source.
+
+* `metadata`: metadata.json and tokenizer_config.json as Apple's exporter writes them;
+* `description`: a neutral description of a bundle (metadata, files, functions);
+* `engine_rules`: which engine (sequential, pipelined, static-shape) can drive a bundle at each
+  source revision, and the exact guard each other one fails;
+* `state_kinds`: the engines' state classification;
+* `protocol`: the engines' driving protocol, emulated over any model object.
+
+docs/apple-engines.md says what the engines require and from which commits.
+"""
+
+from .description import DYNAMIC, BundleDesc, FunctionDesc, TensorDesc, describe_directory
+from .engine_rules import ENGINES, Guard, Verdict, check_engine, check_engines
+from .metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
+from .protocol import EngineError, PipelinedEngine, SequentialEngine
+from .sources import REVISIONS
+
+__all__ = [
+    "DYNAMIC",
+    "ENGINES",
+    "REVISIONS",
+    "WORLD_CHAT_TEMPLATE",
+    "BundleDesc",
+    "EngineError",
+    "FunctionDesc",
+    "Guard",
+    "PipelinedEngine",
+    "SequentialEngine",
+    "TensorDesc",
+    "Verdict",
+    "check_engine",
+    "check_engines",
+    "describe_directory",
+    "metadata_json",
+    "tokenizer_config_json",
+]
