@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.architectures.base import Architecture, Preset
+from ssmport.architectures.base import Architecture, HubSource, Preset
 from ssmport.causal_conv import causal_conv
 from ssmport.checkpoint import GeneratedSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
@@ -79,7 +79,7 @@ class Mamba2Config:
             raise CheckpointError(f"Mamba-2: conv kernel {self.conv_kernel} < 2 is not supported")
 
 
-def _preset(name: str, layers: int, width: int) -> Preset:
+def _preset(name: str, layers: int, width: int, hf: bool = False) -> Preset:
     config = {
         "vocab_size": NEOX_VOCAB_ROWS,
         "hidden_size": width,
@@ -90,15 +90,25 @@ def _preset(name: str, layers: int, width: int) -> Preset:
         "n_groups": 1,
         "conv_kernel": 4,
     }
-    return Preset(name, "mamba2", config, f"state-spaces {name} (L{layers} D{width}, d_state 128, headdim 64)", True)
+    size = name.removeprefix("mamba2-")
+    if hf:  # the transformers-format copies: safetensors and a tokenizer.json
+        hub = HubSource(f"AntonV/mamba2-{size}-hf", confirmed=_COPIES)
+        description = f"state-spaces mamba2-{size} in transformers format, with its tokenizer (L{layers} D{width})"
+        name = f"{name}-hf"
+    else:  # the original releases: mamba_ssm config.json + pytorch_model.bin, no tokenizer
+        hub = HubSource(f"state-spaces/mamba2-{size}", confirmed=_ORIGINALS)
+        description = f"state-spaces {name} (L{layers} D{width}, d_state 128, headdim 64)"
+    return Preset(name, "mamba2", config, description, True, hub)
 
+
+_ORIGINALS = "repo ids of all five sizes in public code (from_pretrained calls, model registries)"
+_COPIES = "repo ids of all five sizes in public code (model registries; AutoTokenizer/AutoModel calls)"
+_SIZES = (("mamba2-130m", 24, 768), ("mamba2-370m", 48, 1024), ("mamba2-780m", 48, 1536),
+          ("mamba2-1.3b", 48, 2048), ("mamba2-2.7b", 64, 2560))  # fmt: skip
 
 PRESETS = (
-    _preset("mamba2-130m", 24, 768),
-    _preset("mamba2-370m", 48, 1024),
-    _preset("mamba2-780m", 48, 1536),
-    _preset("mamba2-1.3b", 48, 2048),
-    _preset("mamba2-2.7b", 64, 2560),
+    *(_preset(name, layers, width) for name, layers, width in _SIZES),
+    *(_preset(name, layers, width, hf=True) for name, layers, width in _SIZES),
     Preset(
         "mamba2-tiny",
         "mamba2",
