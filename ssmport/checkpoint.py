@@ -200,19 +200,28 @@ def open_pth(path: Path) -> TensorSource:
     return PthSource([path])
 
 
+# A Hugging Face folder's weights, in the order they are looked for: (shard index, single file).
+HF_WEIGHT_FILES = (
+    ("model.safetensors.index.json", "model.safetensors"),
+    ("pytorch_model.bin.index.json", "pytorch_model.bin"),
+)
+
+
+def shard_names(index: Path) -> list[str]:
+    """The shard files a `*.index.json` lists, sorted."""
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        return sorted(set(weight_map.values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise CheckpointError(f"{index}: not a valid shard index (no weight_map)") from None
+
+
 def open_hf_weights(folder: Path) -> TensorSource:
     """The weights of a Hugging Face model folder, sharded or not."""
-    for index_name, single_name, cls in (
-        ("model.safetensors.index.json", "model.safetensors", SafetensorsSource),
-        ("pytorch_model.bin.index.json", "pytorch_model.bin", PthSource),
-    ):
+    for (index_name, single_name), cls in zip(HF_WEIGHT_FILES, (SafetensorsSource, PthSource)):
         index = folder / index_name
         if index.is_file():
-            try:
-                weight_map = json.loads(index.read_text())["weight_map"]
-            except (ValueError, KeyError, TypeError):
-                raise CheckpointError(f"{index}: not a valid shard index (no weight_map)") from None
-            shards = sorted({folder / shard for shard in weight_map.values()})
+            shards = [folder / shard for shard in shard_names(index)]
             missing = [s.name for s in shards if not s.is_file()]
             if missing:
                 raise CheckpointError(f"{folder}: shard(s) listed in {index_name} are missing: {', '.join(missing)}")

@@ -74,6 +74,7 @@ def export(
     synthetic: bool = False,
     seed: int = 0,
     vocab: str | Path | None = None,
+    file: str | None = None,
     name: str | None = None,
     overwrite: bool = False,
     gate: bool = True,
@@ -81,8 +82,8 @@ def export(
     progress: bool = True,
     prefill_chunk: int | None = DEFAULT_CHUNK,
 ) -> ExportResult:
-    """Export `spec` (preset, checkpoint path, or an already loaded model) as a bundle
-    under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill")."""
+    """Export `spec` (preset, checkpoint path, Hub repo, or an already loaded model) as a
+    bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill")."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -98,7 +99,9 @@ def export(
             if isinstance(spec, LoadedModel):
                 model = spec
             else:
-                model = load_model(str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab)
+                model = load_model(
+                    str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab, file=file, display=stages
+                )
         recipe = get_recipe(quant or default_quant(model))
         final = Path(out) / (name or f"{model.name}-{recipe.name}")
         with staged_directory(final, overwrite) as tmp:

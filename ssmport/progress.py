@@ -4,10 +4,20 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TaskProgressColumn, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    ProgressColumn,
+    TaskProgressColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+from rich.text import Text
 
 from ssmport.interrupts import raise_if_interrupted
 
@@ -23,6 +33,7 @@ class Stages:
             TextColumn("{task.description}"),
             BarColumn(),
             TaskProgressColumn(),
+            _TransferColumn(),
             TimeElapsedColumn(),
             console=self.console,
             transient=True,  # cleared when done: the command's own summary lines remain
@@ -50,7 +61,36 @@ class Stages:
             self.times[name] = time.perf_counter() - start
             self._task = None
 
+    @contextlib.contextmanager
+    def download(self, name: str, total: int) -> Iterator[Callable[[int], None]]:
+        """A bar of `total` bytes with the bytes done and the rate; yields `advance(nbytes)`
+        (callable from download threads; a recorded Ctrl-C is raised there)."""
+        task = self._progress.add_task(name, total=total, transfer=True)
+
+        def advance(nbytes: int) -> None:
+            raise_if_interrupted()
+            self._progress.advance(task, nbytes)
+
+        start = time.perf_counter()
+        try:
+            yield advance
+        finally:
+            self.times[name] = time.perf_counter() - start
+
     def advance(self, amount: float = 1) -> None:
         raise_if_interrupted()
         if self._task is not None:
             self._progress.advance(self._task, amount)
+
+
+class _TransferColumn(ProgressColumn):
+    """Bytes done / total and the rate, on download bars only."""
+
+    def __init__(self):
+        super().__init__()
+        self._size, self._rate = DownloadColumn(), TransferSpeedColumn()
+
+    def render(self, task) -> Text:
+        if not task.fields.get("transfer"):
+            return Text("")
+        return Text.assemble(self._size.render(task), " ", self._rate.render(task))

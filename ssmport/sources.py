@@ -1,4 +1,4 @@
-"""Turn what the user typed (a preset name, a `.pth`, an HF folder) into a LoadedModel."""
+"""Turn what the user typed (a preset name, a `.pth`, an HF folder, a Hub repo) into a LoadedModel."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ssmport.architectures import LoadedModel, architectures, get_architecture, presets
+from ssmport.architectures import Architecture, LoadedModel, architectures, get_architecture, presets
 from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
 
@@ -26,14 +26,19 @@ def load_model(
     synthetic: bool = False,
     seed: int = DEFAULT_SEED,
     vocab: str | Path | None = None,
+    file: str | None = None,
+    display=None,
 ) -> LoadedModel:
-    """Resolve `spec` (preset name or checkpoint path) to a model ready to build.
+    """Resolve `spec` to a model ready to build: a preset name (its checkpoint downloaded
+    unless `weights` or `synthetic`), a checkpoint path, or a Hugging Face Hub repo
+    `org/repo` (`file`: which .pth in it). Presets and repos take `@revision`. `display`
+    shows download progress (`ssmport.progress.Stages`).
 
     The tokenizer is, in order: `vocab`, a World vocab or `tokenizer.json` next to the
     checkpoint, or the architecture's default for this config (RWKV World models: the
     bundled vocab).
     """
-    model = _resolve(spec, weights, synthetic, seed)
+    model = _resolve(spec, weights, synthetic, seed, file, display)
     if vocab is not None:
         path = Path(vocab).expanduser()
         if not path.is_file():
@@ -63,19 +68,23 @@ def _check_vocab_fits(model: LoadedModel) -> None:
     model.vocab_path = model.vocab_origin = None
 
 
-def _resolve(spec: str, weights, synthetic: bool, seed: int) -> LoadedModel:
+def _resolve(spec: str, weights, synthetic: bool, seed: int, file: str | None, display) -> LoadedModel:
+    from ssmport import hub
+
     known = presets()
-    if spec in known:
-        preset = known[spec]
+    local = spec not in known and Path(spec).expanduser().exists()
+    name, revision = (spec, None) if spec in known or local else hub.split_revision(spec)
+    if name in known:
+        preset = known[name]
         arch = get_architecture(preset.architecture)
         if weights is not None and synthetic:
             raise SsmportError("pass either --weights or --synthetic, not both")
+        if file is not None:
+            raise SsmportError(f"--file goes with a Hub repo name; preset {name} has its own source (see `ssmport list`)")
+        if revision is not None and (weights is not None or synthetic or preset.hub is None):
+            raise SsmportError(f"{spec}: a revision picks what is downloaded; {name} downloads nothing here")
         if weights is not None:
-            model = load_checkpoint(Path(weights))
-            _check_matches_preset(model, preset)
-            model.name = preset.name
-            model.provenance["preset"] = preset.name
-            return model
+            return _as_preset(load_checkpoint(Path(weights)), preset)
         if synthetic or not preset.released:
             config = arch.config_from_json(dict(preset.config))
             return LoadedModel(
@@ -85,18 +94,42 @@ def _resolve(spec: str, weights, synthetic: bool, seed: int) -> LoadedModel:
                 provenance={"kind": "synthetic", "preset": preset.name, "seed": seed},
                 name=preset.name,
             )
-        raise SsmportError(
-            f"{spec} needs its weights: pass --weights PATH (a checkpoint file or a Hugging Face "
-            f"folder), or --synthetic for deterministic random weights (nothing is downloaded)"
-        )
+        if preset.hub is None:
+            raise SsmportError(
+                f"{spec} has no download source: pass --weights PATH (a checkpoint file or a Hugging Face "
+                f"folder), or --synthetic for deterministic random weights"
+            )
+        source = preset.hub
+        return _as_preset(_from_hub(source.repo, revision or source.revision, source.file, display), preset)
     if synthetic:
         raise SsmportError(f"--synthetic needs a preset name (see `ssmport list`), not {spec!r}")
     if weights is not None:
         raise SsmportError("--weights goes with a preset name; give the checkpoint path directly instead")
-    path = Path(spec).expanduser()
-    if not path.exists():
-        raise SsmportError(f"{spec!r} is neither a preset (see `ssmport list`) nor an existing path")
-    return load_checkpoint(path)
+    if local:
+        if file is not None:
+            raise SsmportError("--file goes with a Hub repo name; give the local checkpoint's path directly")
+        return load_checkpoint(Path(spec).expanduser())
+    if hub.is_repo_id(name):
+        return _from_hub(name, revision, file, display)
+    raise SsmportError(f"{spec!r} is neither a preset (see `ssmport list`), an existing path, nor a Hub repo (org/name)")
+
+
+def _as_preset(model: LoadedModel, preset) -> LoadedModel:
+    _check_matches_preset(model, preset)
+    model.name = preset.name
+    model.provenance["preset"] = preset.name
+    return model
+
+
+def _from_hub(repo: str, revision: str | None, file: str | None, display=None) -> LoadedModel:
+    from ssmport import hub
+
+    fetched = hub.fetch(repo, revision, file, check_config=_claimed_config, display=display)
+    model = load_checkpoint(fetched.path)
+    model.provenance["hub"] = fetched.provenance
+    model.notes.extend(fetched.notes)
+    model.name = _slug(fetched.path.stem if fetched.path.is_file() else repo.rpartition("/")[2])
+    return model
 
 
 def load_checkpoint(path: Path) -> LoadedModel:
@@ -118,19 +151,34 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
     cfg_path = folder / "config.json"
     if not cfg_path.is_file():
         raise CheckpointError(f"{folder}: not a Hugging Face model folder (no config.json)")
+    config_json = _read_config(cfg_path)
+    arch = _hf_architecture(config_json, folder)
+    config, weights = arch.load_hf(config_json, open_hf_weights(folder))
+    return _loaded(arch, config, weights, "hf", folder, folder.name, folder)
+
+
+def _read_config(cfg_path: Path) -> dict[str, Any]:
     try:
-        config_json: dict[str, Any] = json.loads(cfg_path.read_text())
+        config_json = json.loads(cfg_path.read_text())
     except ValueError as exc:
         raise CheckpointError(f"{cfg_path}: invalid JSON ({exc})") from None
     if not isinstance(config_json, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object")
-    model_type = config_json.get("model_type")
+    return config_json
+
+
+def _claimed_config(cfg_path: Path, where: str) -> Architecture:
+    """The architecture a Hub repo's config.json belongs to (checked before its weights come)."""
+    return _hf_architecture(_read_config(cfg_path), where)
+
+
+def _hf_architecture(config_json: dict[str, Any], where) -> Architecture:
+    """The registered architecture that claims a folder's config.json."""
     for arch in architectures():
         if arch.matches_hf_config(config_json):
-            config, weights = arch.load_hf(config_json, open_hf_weights(folder))
-            return _loaded(arch, config, weights, "hf", folder, folder.name, folder)
+            return arch
     raise CheckpointError(
-        f"{folder}: model_type {model_type!r} is not supported; available: "
+        f"{where}: model_type {config_json.get('model_type')!r} is not supported; available: "
         + ", ".join(a.name for a in architectures())
         + f" ({PLUGIN_HINT})"
     )
@@ -179,6 +227,9 @@ def rebuild_source(provenance: dict[str, Any], weights: str | Path | None = None
             )
         return load_model(provenance["preset"], synthetic=True, seed=int(provenance.get("seed", DEFAULT_SEED)))
     path = provenance.get("path")
+    if (not path or not Path(path).exists()) and "hub" in provenance:  # gone from the cache: fetch it again
+        source = provenance["hub"]
+        return _from_hub(source["repo"], source["commit"], source.get("file"))
     if not path or not Path(path).exists():
         raise SsmportError(
             f"the source checkpoint this bundle was exported from ({path}) is not available; "

@@ -17,6 +17,17 @@ def _isolated_cache(tmp_path_factory):
     os.environ["SSMPORT_CACHE"] = str(tmp_path_factory.mktemp("cache"))
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _no_real_hub(tmp_path_factory):
+    """No test reaches the real Hugging Face Hub (a released preset downloads by default):
+    offline mode over an empty per-session cache. tests/test_hub.py serves its own Hub."""
+    from fake_hub import set_hub_env
+
+    home = tmp_path_factory.mktemp("hf-home")
+    set_hub_env({"HF_HOME": str(home), "HF_HUB_CACHE": None, "HUGGINGFACE_HUB_CACHE": None, "HF_ENDPOINT": None,
+                 "HF_HUB_OFFLINE": "1", "HF_TOKEN": None, "HF_HUB_DISABLE_TELEMETRY": "1"})  # fmt: skip
+
+
 @pytest.fixture(scope="session")
 def dims() -> Dims:
     return Dims()

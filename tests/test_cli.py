@@ -76,7 +76,8 @@ def test_gate_fails_with_exit_1_when_source_differs(scratch_bundle, blinkdl_bf16
     "argv, message",
     [
         (["export", "/no/such/model.pth"], "neither a preset"),
-        (["export", "rwkv7-1.5b"], "--weights PATH"),
+        (["export", "rwkv7-1.5b"], "BlinkDL/rwkv-7-world: not in the Hugging Face cache"),  # offline in the tests
+        (["export", "gated-deltanet-1.3b"], "no download source: pass --weights PATH"),
         (["export", "rwkv7-tiny", "--weights", "x.pth", "--synthetic"], "not both"),
         (["gate", "/no/such/bundle"], "not a bundle directory"),
         (["inspect", "."], "not an ssmport bundle"),

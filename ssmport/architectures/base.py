@@ -44,8 +44,19 @@ class ArchConfig(Protocol):
 
 
 @dataclass(frozen=True)
+class HubSource:
+    """Where a released preset's checkpoint lives on the Hugging Face Hub."""
+
+    repo: str  # "org/name"
+    file: str | None = None  # a single-file checkpoint (.pth) in the repo; None: the repo is a model folder
+    revision: str | None = None  # None: the repo's default branch (the manifest records the commit)
+    confirmed: str | None = None  # how the repo (and file) were confirmed; None: not confirmed
+
+
+@dataclass(frozen=True)
 class Preset:
-    """A named config: `ssmport export <name>` (with --weights, or synthetic weights).
+    """A named config: `ssmport export <name>` (downloaded from `hub`, with --weights, or
+    synthetic weights).
 
     `released=False` presets export with synthetic weights and need no flag (demos, tests).
     """
@@ -54,7 +65,8 @@ class Preset:
     architecture: str
     config: Mapping[str, Any]  # keyword arguments of the architecture's config class
     description: str
-    released: bool  # True: real weights exist (pass --weights, or --synthetic for a demo)
+    released: bool  # True: real weights exist (downloaded, --weights, or --synthetic for a demo)
+    hub: HubSource | None = None  # where `ssmport export <name>` downloads them from
 
 
 @dataclass

@@ -13,18 +13,21 @@ def add_parser(sub) -> None:
     p = sub.add_parser(
         "export",
         help="export a checkpoint or preset to a Core AI decode bundle",
-        description="Export MODEL (a preset name, a BlinkDL .pth, or a Hugging Face / fla folder) "
-        "to OUT/<name>-<quant>/ with model.aimodel + manifest.json, then gate it on the Core AI "
-        "runtime. Written atomically: a failed export leaves nothing behind. Exit status 1 if "
-        "the bundle was written but failed its gate.",
+        description="Export MODEL (a preset name, a BlinkDL .pth, a Hugging Face / fla folder, or a "
+        "Hugging Face Hub repo org/name) to OUT/<name>-<quant>/ with model.aimodel + manifest.json, "
+        "then gate it on the Core AI runtime. A preset or repo is downloaded into the Hugging Face "
+        "cache (HF_HOME / HF_HUB_CACHE; HF_HUB_OFFLINE=1 uses only the cache, HF_TOKEN for gated "
+        "repos); append @REVISION (branch, tag or commit sha) to pin one. Written atomically: a "
+        "failed export leaves nothing behind. Exit status 1 if the bundle was written but failed its gate.",
     )
-    p.add_argument("model", help="preset (see `ssmport list`), .pth file, or HF folder")
+    p.add_argument("model", help="preset (see `ssmport list`), .pth file, HF folder, or Hub repo org/name[@revision]")
     p.add_argument("-o", "--out", default="out", help="parent directory of the bundle (default: out)")
     p.add_argument("--quant", choices=list(RECIPES), help="recipe (default: int8keepproj for real "
                    "weights, fp32 for synthetic); see `ssmport list --recipes`")  # fmt: skip
     p.add_argument("--state-dtype", choices=["fp32", "fp16"], help="storage dtype of the recurrent "
                    "states (default fp32; the recurrence always computes in fp32)")  # fmt: skip
-    p.add_argument("--weights", help="checkpoint for a preset name (.pth or HF folder)")
+    p.add_argument("--weights", help="local checkpoint for a preset name (.pth or HF folder) instead of its download")
+    p.add_argument("--file", help="the .pth checkpoint to take from a Hub repo that holds several")
     p.add_argument("--synthetic", action="store_true", help="deterministic random weights for a preset")
     p.add_argument("--seed", type=int, default=0, help="seed of --synthetic weights (default 0)")
     p.add_argument("--vocab", help="tokenizer (rwkv_vocab_*.txt, vocab.tsv or tokenizer.json); default: one "
@@ -53,6 +56,7 @@ def run(args) -> int:
         synthetic=args.synthetic,
         seed=args.seed,
         vocab=args.vocab,
+        file=args.file,
         name=args.name,
         overwrite=args.overwrite,
         gate=not args.no_gate,

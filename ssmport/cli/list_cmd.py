@@ -25,6 +25,16 @@ def run(args) -> int:
     for arch in architectures():
         print(f"{arch.name}: {arch.description}")
         for p in arch.presets:
-            needs = "needs --weights or --synthetic" if p.released else "embedded, synthetic"
-            print(f"  {p.name:{width}} {p.description}  [{needs}]")
+            print(f"  {p.name:{width}} {p.description}  [{_source(p)}]")
     return 0
+
+
+def _source(preset) -> str:
+    """Where `ssmport export <preset>` gets its weights."""
+    if not preset.released:
+        return "embedded, synthetic"
+    if preset.hub is None:
+        return "no download source: needs --weights or --synthetic"
+    hub = preset.hub
+    where = f"{hub.repo}{'@' + hub.revision if hub.revision else ''}{': ' + hub.file if hub.file else ''}"
+    return f"Hub {where}" + ("" if hub.confirmed else "; source not confirmed")

@@ -74,6 +74,10 @@ def fla_mlp_size(hidden: int, ratio: float | None) -> int:
 
 # fla/flame's published training configs (configs/gated_deltanet_{340M,1B}.json): 21 layers,
 # 6 heads of 256, expand_v 2, Llama-2 vocab; the "1B" config is the 1.3B of the GDN paper.
+# No Hub release of exactly these configs was found, so they have no download source (pass
+# --weights). The published GDN checkpoints found (m-a-p/1.3B-100B-GatedDeltaNet-pure,
+# m-a-p/340M-20B-GatedDeltaNet-pure-baseline, linear-moe-hub/Gated-Deltanet-{340M,1.3B}) have
+# other shapes; `ssmport export ORG/REPO` reads theirs from config.json.
 def _preset(name: str, description: str, released: bool, **config) -> Preset:
     return Preset(name, "gated_deltanet", config, description, released)
 

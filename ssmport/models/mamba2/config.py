@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ssmport.architectures.base import Preset
+from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 from ssmport.models.loading import ConfigReader, json_float
 
@@ -57,15 +57,27 @@ class Mamba2Config:
                 f"N={self.state_size} G={self.n_groups} V={self.vocab_size})")  # fmt: skip
 
 
-def _preset(name: str, layers: int, width: int) -> Preset:
+def _preset(name: str, layers: int, width: int, hf: bool = False) -> Preset:
     config = {"vocab_size": NEOX_VOCAB_ROWS, "hidden_size": width, "num_layers": layers, "num_heads": 2 * width // 64,
               "head_dim": 64, "state_size": 128, "n_groups": 1, "conv_kernel": 4}  # expand 2, headdim 64  # fmt: skip
-    return Preset(name, "mamba2", config, f"state-spaces {name} (L{layers} D{width}, d_state 128, headdim 64)", True)
+    size = name.removeprefix("mamba2-")
+    if hf:  # the transformers-format copies: safetensors and a tokenizer.json
+        return Preset(f"{name}-hf", "mamba2", config,
+                      f"state-spaces mamba2-{size} in transformers format, with its tokenizer (L{layers} D{width})",
+                      True, HubSource(f"AntonV/mamba2-{size}-hf", confirmed=_COPIES))  # fmt: skip
+    # the original releases: mamba_ssm config.json + pytorch_model.bin, no tokenizer
+    return Preset(name, "mamba2", config, f"state-spaces {name} (L{layers} D{width}, d_state 128, headdim 64)", True,
+                  HubSource(f"state-spaces/mamba2-{size}", confirmed=_ORIGINALS))  # fmt: skip
 
+
+_ORIGINALS = "repo ids of all five sizes in public code (from_pretrained calls, model registries)"
+_COPIES = "repo ids of all five sizes in public code (model registries; AutoTokenizer/AutoModel calls)"
+_SIZES = (("mamba2-130m", 24, 768), ("mamba2-370m", 48, 1024), ("mamba2-780m", 48, 1536),
+          ("mamba2-1.3b", 48, 2048), ("mamba2-2.7b", 64, 2560))  # fmt: skip
 
 PRESETS = (
-    *(_preset(n, L, D) for n, L, D in (("mamba2-130m", 24, 768), ("mamba2-370m", 48, 1024), ("mamba2-780m", 48, 1536),
-                                       ("mamba2-1.3b", 48, 2048), ("mamba2-2.7b", 64, 2560))),
+    *(_preset(name, layers, width) for name, layers, width in _SIZES),
+    *(_preset(name, layers, width, hf=True) for name, layers, width in _SIZES),
     Preset("mamba2-tiny", "mamba2",
            {"vocab_size": 512, "hidden_size": 128, "num_layers": 2, "num_heads": 8, "head_dim": 32, "state_size": 48,
             "n_groups": 2, "conv_kernel": 4},

@@ -6,7 +6,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ssmport.architectures.base import Preset
+from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 
 DECAY_SCALE = math.exp(-0.5)  # w = exp(-DECAY_SCALE * sigmoid(.)) keeps each decay in (0.545, 1)
@@ -64,17 +64,40 @@ def lora_dims(c: int) -> dict[str, int]:
             "gate_lora": r(0.6 * c**0.8)}  # fmt: skip
 
 
-def _preset(name: str, layers: int, width: int, description: str, released: bool = True, **dims) -> Preset:
+def _preset(name: str, layers: int, width: int, description: str, released: bool = True,
+            hub: HubSource | None = None, **dims) -> Preset:  # fmt: skip
     config = {"vocab_size": WORLD_VOCAB_ROWS, "hidden_size": width, "num_layers": layers, "head_size": 64,
               "ffn_size": 4 * width, **lora_dims(width), **dims}  # fmt: skip
-    return Preset(name, "rwkv7", config, description, released)
+    return Preset(name, "rwkv7", config, description, released, hub)
 
+
+# BlinkDL's releases, one .pth per file (LoRA ranks are read from the file on load; the
+# formula above only shapes --synthetic weights). How each name was confirmed is recorded
+# with it; `ssmport list` marks the ones that could not be.
+_WORLD, _G1 = "BlinkDL/rwkv-7-world", "BlinkDL/rwkv7-g1"
+_WORLD_URL = "its resolve/main URL in public READMEs and download scripts"
+_G1D = ("hf_hub_download(repo_id='BlinkDL/rwkv7-g1', filename=...) in public code (2026); "
+        "candle's rwkv example ships the same files converted")  # fmt: skip
+_G1I = None  # file names seen in public code and on the ModelScope mirror of BlinkDL/rwkv7-g1, not on the Hub itself
+_RELEASES = (  # (preset, layers, width, description, repo, file, how confirmed)
+    ("rwkv7-0.1b", 12, 768, "RWKV-7 World 0.1B (L12 C768)", _WORLD, "RWKV-x070-World-0.1B-v2.8-20241210-ctx4096.pth", _WORLD_URL),
+    ("rwkv7-0.4b", 24, 1024, "RWKV-7 World 0.4B (L24 C1024)", _WORLD, "RWKV-x070-World-0.4B-v2.9-20250107-ctx4096.pth", _WORLD_URL),
+    ("rwkv7-1.5b", 24, 2048, "RWKV-7 World 1.5B (L24 C2048)", _WORLD, "RWKV-x070-World-1.5B-v3-20250127-ctx4096.pth", _WORLD_URL),
+    ("rwkv7-2.9b", 32, 2560, "RWKV-7 World 2.9B (L32 C2560)", _WORLD, "RWKV-x070-World-2.9B-v3-20250211-ctx4096.pth", _WORLD_URL),
+    ("rwkv7-g1d-0.1b", 12, 768, "RWKV-7 G1d 0.1B (L12 C768, ctx 8192)", _G1, "rwkv7-g1d-0.1b-20260129-ctx8192.pth", _G1D),
+    ("rwkv7-g1d-0.4b", 24, 1024, "RWKV-7 G1d 0.4B (L24 C1024, ctx 8192)", _G1, "rwkv7-g1d-0.4b-20260210-ctx8192.pth", _G1D),
+    ("rwkv7-g1d-1.5b", 24, 2048, "RWKV-7 G1d 1.5B (L24 C2048, ctx 8192)", _G1, "rwkv7-g1d-1.5b-20260212-ctx8192.pth", _G1D),
+    ("rwkv7-g1d-2.9b", 32, 2560, "RWKV-7 G1d 2.9B (L32 C2560, ctx 8192)", _G1, "rwkv7-g1d-2.9b-20260131-ctx8192.pth", _G1D),
+    ("rwkv7-g1d-7.2b", 32, 4096, "RWKV-7 G1d 7.2B (L32 C4096, ctx 8192)", _G1, "rwkv7-g1d-7.2b-20260131-ctx8192.pth", _G1D),
+    ("rwkv7-g1d-13.3b", 61, 4096, "RWKV-7 G1d 13.3B (L61 C4096, ctx 8192)", _G1, "rwkv7-g1d-13.3b-20260131-ctx8192.pth", _G1D),
+    ("rwkv7-g1i-1.5b", 24, 2048, "RWKV-7 G1i 1.5B (L24 C2048, ctx 16384)", _G1, "rwkv7-g1i-1.5b-20260805-ctx16384.pth", _G1I),
+    ("rwkv7-g1i-2.9b", 32, 2560, "RWKV-7 G1i 2.9B (L32 C2560, ctx 16384)", _G1, "rwkv7-g1i-2.9b-20260805-ctx16384.pth", _G1I),
+    ("rwkv7-g1i-7.2b", 32, 4096, "RWKV-7 G1i 7.2B (L32 C4096, ctx 16384)", _G1, "rwkv7-g1i-7.2b-20260805-ctx16384.pth", _G1I),
+    ("rwkv7-g1i-13.3b", 61, 4096, "RWKV-7 G1i 13.3B (L61 C4096, ctx 16384)", _G1, "rwkv7-g1i-13.3b-20260805-ctx16384.pth", _G1I),
+)  # fmt: skip
 
 PRESETS = (
-    _preset("rwkv7-0.1b", 12, 768, "RWKV-7 World 0.1B (L12 C768)"),
-    _preset("rwkv7-0.4b", 24, 1024, "RWKV-7 World 0.4B (L24 C1024)"),
-    _preset("rwkv7-1.5b", 24, 2048, "RWKV-7 World 1.5B (L24 C2048)"),
-    _preset("rwkv7-2.9b", 32, 2560, "RWKV-7 World 2.9B (L32 C2560)"),
+    *(_preset(n, L, C, d, hub=HubSource(repo, file, confirmed=how)) for n, L, C, d, repo, file, how in _RELEASES),
     _preset("rwkv7-tiny", 2, 128, "embedded default: L2 C128, World vocab, synthetic weights from a fixed seed",
             released=False, head_size=32, ffn_size=512, decay_lora=32, a_lora=32, v_lora=32, gate_lora=32),
 )  # fmt: skip
