@@ -18,7 +18,8 @@ from torch import nn
 
 import ssmport
 from ssmport.checkpoint import DictSource
-from ssmport.graph import Embedding, KVRows, NormHead, Step
+from ssmport.graph import Embedding, NormHead, Step
+from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionMixer, AttentionNames, AttentionSpec
 from ssmport.ops import attention
 from ssmport.ops.norms import rms_norm_naive
 from ssmport.ops.scan import scan
@@ -53,29 +54,18 @@ def shapes(c: KVToyConfig) -> dict[str, tuple[int, ...]]:
 
 
 class Attention(nn.Module):
-    states = ("keyCache", "valueCache")
+    """x + attention(x): the shared AttentionMixer (GQA, full RoPE), no norm around it."""
+
+    states = (KEY_CACHE, VALUE_CACHE)
 
     def __init__(self, c: KVToyConfig, i: int, src, b):
         super().__init__()
-        self.c = c
-        self.q, self.k, self.v, self.o = (b.matmul(f"l{i}.{n}", src[f"l{i}.{n}"].t(), "attn_proj") for n in "qkvo")
-        # constants of the graph (not buffers: the states are the only buffers)
-        self.inv_freq = attention.rotary_frequencies(c.head_dim, c.head_dim, THETA)
-        self.rotate = attention.rotate_half_matrix(c.head_dim, c.head_dim)
+        spec = AttentionSpec(c.heads, c.kv_heads, c.head_dim, rotary_dim=c.head_dim, rope_theta=THETA)
+        self.mixer = AttentionMixer(spec, AttentionNames(*(f"l{i}.{n}" for n in "qkvo")), src, b)
 
     def forward(self, x, slices, step: Step):
-        c, T = self.c, x.shape[0]
-        cos, sin = attention.rotary_tables(step.positions, self.inv_freq)
-        q = attention.apply_rotary(self.q(x).view(T, c.heads, c.head_dim), cos, sin, self.rotate)
-        k = attention.apply_rotary(self.k(x).view(T, c.kv_heads, c.head_dim), cos, sin, self.rotate)
-        v = self.v(x).view(T, c.kv_heads, c.head_dim)
-        K, V, scale = slices["keyCache"].float(), slices["valueCache"].float(), c.head_dim**-0.5
-        if step.decode:
-            o = attention.decode(q.view(c.heads, -1), k.view(c.kv_heads, -1), v.view(c.kv_heads, -1), K, V,
-                                 step.positions, scale).view(1, -1)
-        else:
-            o = attention.chunk(q, k, v, K, V, step.positions[0:1], scale).reshape(T, -1)
-        return x + self.o(o), {"keyCache": KVRows(k.transpose(0, 1)), "valueCache": KVRows(v.transpose(0, 1))}
+        out, kv = self.mixer(x, slices, step)
+        return x + out, kv
 
 
 class RNN(nn.Module):
