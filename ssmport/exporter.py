@@ -103,6 +103,10 @@ def export(
                     str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab, file=file, display=stages
                 )
         recipe = get_recipe(quant or default_quant(model))
+        longest = model.architecture.max_prefill_chunk
+        if prefill_chunk is not None and longest is not None and prefill_chunk > longest:
+            raise SsmportError(f"--prefill-chunk {prefill_chunk}: {model.architecture.name}'s chunkwise prefill is "
+                               f"exact for chunks of up to {longest} tokens")  # fmt: skip
         final = Path(out) / (name or f"{model.name}-{recipe.name}")
         with staged_directory(final, overwrite) as tmp:
             manifest = _build_bundle(

@@ -115,6 +115,8 @@ class Architecture(ABC):
         tiny_preset: the name of one of `presets` small enough to export and gate in a few
             seconds: `ssmport.testing.check_architecture` and the built-in contract tests
             use it. None: the architecture declares no tiny config.
+        max_prefill_chunk: the longest `--prefill-chunk` its prefill form is exact for (None:
+            no limit of its own).
     """
 
     name: str  # Hugging Face `model_type`, e.g. "rwkv7"
@@ -122,6 +124,7 @@ class Architecture(ABC):
     hf_architectures: tuple[str, ...] = ()
     presets: tuple[Preset, ...] = field(default_factory=tuple)
     tiny_preset: str | None = None
+    max_prefill_chunk: int | None = None  # the longest prefill chunk its chunkwise forms are exact for
 
     # --- configs -------------------------------------------------------------------
     @abstractmethod

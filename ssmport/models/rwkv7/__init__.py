@@ -13,6 +13,7 @@ from ssmport.models.rwkv7 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv7.config import PRESETS, WORLD_VOCAB_ROWS, RWKV7Config
 from ssmport.models.rwkv7.reference import RWKV7Reference
 from ssmport.models.package import PackagedArchitecture, package_parts
+from ssmport.ops import wkv7
 from ssmport.state import StateSpec
 
 
@@ -52,5 +53,6 @@ RWKV7 = _RWKV7(
     hf_architectures=("RWKV7ForCausalLM", "RWKV7Model"),
     presets=PRESETS,
     tiny_preset="rwkv7-tiny",
+    max_prefill_chunk=wkv7.MAX_CHUNK,
     **package_parts(RWKV7Config, RWKV7Reference, checkpoints, synthetic, block, quant),
 )
