@@ -32,7 +32,7 @@ from torch import nn
 
 from ssmport.exporter import export
 from ssmport.pretrained import BUNDLED
-from ssmport.quant.layers import FloatMatmul, Int8Matmul
+from ssmport.ops.matmul import FloatMatmul, Int8Matmul
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
 from ssmport.tokenizers import load_tokenizer
