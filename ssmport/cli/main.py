@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ssmport",
         description="Port recurrent / linear-attention LMs (RWKV-7, ...) to Core AI decode bundles: "
         "no KV cache, O(1) state, parity-gated against torch.",
-        epilog="Start with: ssmport export rwkv7-tiny -o out/  (embedded default, no download)",
+        epilog="Start with: ssmport export rwkv7-pydoc --quant fp32 -o out/  (embedded default, no download)",
     )
     parser.add_argument("--version", action="version", version=f"ssmport {__version__}")
     parser.add_argument(
