@@ -19,6 +19,8 @@ from ssmport.errors import BundleError
 FORMAT = "ssmport-bundle"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+DYNAMIC_DIM = -1  # a dimension each call sets (the apple layout's token and position counts)
+LAYOUTS = ("ssmport", "apple")  # see ssmport.apple.graph for "apple"
 
 
 @dataclass(frozen=True)
@@ -79,8 +81,8 @@ class FunctionEntry:
 
 @dataclass(frozen=True)
 class PrefillEntry(FunctionEntry):
-    chunk: int = 0
-    padding: str = "valid_len"  # tokens at t >= valid_len are padding; logits of token valid_len-1
+    chunk: int = 0  # tokens per call (apple layout: the most a call may carry)
+    padding: str = "valid_len"  # "valid_len": rows >= valid_len are padding, logits of row valid_len-1; "none": apple
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> PrefillEntry:
@@ -159,6 +161,7 @@ class Manifest:
     export: dict[str, Any] = field(default_factory=dict)  # stage seconds, seconds, peak RSS
     ssmport_version: str = ""
     format_version: int = FORMAT_VERSION
+    layout: str = "ssmport"  # "ssmport": main [1,1] + padded prefill chunks; "apple": Apple's engines' signatures
 
     @property
     def vocab_size(self) -> int:
@@ -189,6 +192,7 @@ class Manifest:
             "gate": None if self.gate is None else asdict(self.gate),
             "notes": list(self.notes),
             "export": self.export,
+            "layout": self.layout,
         }
 
     @classmethod
@@ -206,6 +210,9 @@ class Manifest:
         plan = r.dict("plan")
         if not isinstance(plan.get("tensors"), list) or not isinstance(plan.get("summary"), dict):
             raise BundleError(f"{where}: field 'plan' lacks its 'summary' or 'tensors'")
+        layout = r.str("layout", "ssmport")
+        if layout not in LAYOUTS:
+            raise BundleError(f"{where}: unknown layout {layout!r} (this ssmport knows {', '.join(LAYOUTS)})")
         prefill = r.optional_dict("prefill")
         tokenizer = r.optional_dict("tokenizer")
         gate = r.optional_dict("gate")
@@ -228,6 +235,7 @@ class Manifest:
             export=dict(data.get("export") or {}),
             ssmport_version=str(data.get("ssmport_version", "")),
             format_version=int(version),
+            layout=layout,
         )
 
 
@@ -268,7 +276,7 @@ class _Reader:
 
     def shape(self, key: str) -> tuple[int, ...]:
         value = self._get(key, (list,))
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= DYNAMIC_DIM for d in value):
             raise BundleError(f"{self.where}: field {key!r} is not a shape")
         return tuple(value)
 

@@ -237,6 +237,13 @@ class Architecture(ABC):
         """The plain fp32 reference loop, written for reading: the spec `build_decode` is
         tested against (`zero_state()`, then `step(token, state) -> logits [V]`)."""
 
+    def apple_state_splits(self, config: ArchConfig) -> list | None:
+        """How the apple layout stores this architecture's states (`ssmport.apple.graph.StateSplit`:
+        a native state kept as parts, e.g. so a pure-recurrent model has three states; [] keeps
+        them as they are). None: no apple layout (its chunk forms must be loop-free and
+        shape-polymorphic in T first). Default: None."""
+        return None
+
     def default_vocab(self, config: ArchConfig) -> tuple[Path, str] | None:
         """Tokenizer hook: (vocab file, origin) to attach when none sits next to the
         checkpoint or was given with --vocab. Default: none."""

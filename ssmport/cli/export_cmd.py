@@ -42,6 +42,10 @@ def add_parser(sub) -> None:
                    help=f"tokens per call of the bundle's chunked `prefill` function (default {DEFAULT_CHUNK})")
     p.add_argument("--no-prefill", action="store_true",
                    help="export the decode function `main` only (prompts then run one token at a time)")
+    p.add_argument("--layout", choices=["ssmport", "apple"], default="ssmport",
+                   help="ssmport (default): main [1,1] + padded prefill chunks; apple: the functions, "
+                   "states and files Apple's CoreAILanguageModels engines load and drive "
+                   "(docs/apple-engines.md; check with `ssmport check-engine`)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
@@ -65,6 +69,7 @@ def run(args) -> int:
         gate_steps=args.gate_steps,
         progress=not args.quiet,
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
+        layout=args.layout,
     )
     m = result.manifest
     for note in m.notes:

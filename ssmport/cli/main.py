@@ -11,7 +11,8 @@ from ssmport.errors import SsmportError
 
 EXIT_USER_ERROR = 2
 EXIT_INTERRUPTED = 130
-COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "list", "bench", "tokenize", "tokenizer")
+COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "check-engine", "list", "bench", "tokenize",
+            "tokenizer")  # fmt: skip
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,7 +41,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Imported here, not at module level, so a Ctrl-C while torch loads is handled by main().
     for name in COMMANDS:
-        importlib.import_module(f"ssmport.cli.{name}_cmd").add_parser(sub)
+        importlib.import_module(f"ssmport.cli.{name.replace('-', '_')}_cmd").add_parser(sub)
     return parser
 
 

@@ -12,6 +12,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.models.rwkv7 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv7.config import PRESETS, WORLD_VOCAB_ROWS, RWKV7Config
 from ssmport.models.rwkv7.reference import RWKV7Reference
+from ssmport.apple.graph import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.ops import wkv7
 from ssmport.state import StateSpec
@@ -36,6 +37,13 @@ class _RWKV7(PackagedArchitecture):
             StateSpec(block.SHIFT_STATE, (c.num_layers, 1, 2, c.hidden_size), state_dtype,
                       "[layer, batch, (time-mix, channel-mix), hidden]"),
         ]  # fmt: skip
+
+    def apple_state_splits(self, config: RWKV7Config):
+        # shiftState's two rows as two states: three fixed states (docs/apple-engines.md, section 8)
+        return [StateSplit(block.SHIFT_STATE, 0, (
+            StatePart("attnShiftState", 1, "[layer, batch, hidden] time-mix input (after ln1) of the last token"),
+            StatePart("ffnShiftState", 1, "[layer, batch, hidden] channel-mix input (after ln2) of the last token"),
+        ))]  # fmt: skip
 
     def default_vocab(self, config: RWKV7Config):
         # Every RWKV-7 World model (65,536-row embedding) uses rwkv_vocab_v20230424;
