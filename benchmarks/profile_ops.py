@@ -22,8 +22,9 @@ import numpy as np
 from ssmport._quiet import native_stderr_filtered
 from ssmport.bundle import Bundle
 from ssmport.runtime import ensure_lowered
+from ssmport.runtime.op_count import CALL_EVENT, op_type
 
-CALL = "Function Execute"
+CALL = CALL_EVENT
 
 
 def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main") -> tuple[list[list[tuple[str, int]]], float]:
@@ -85,7 +86,7 @@ def by_op_type(per_call: list[list[tuple[str, int]]]) -> dict[str, dict]:
     totals: collections.Counter = collections.Counter()
     counts: collections.Counter = collections.Counter()
     for i in range(n):
-        name = per_call[0][i][0].removeprefix("call.").removeprefix("coreai.").removeprefix("decomposable.")
+        name = op_type(per_call[0][i][0])
         totals[name] += min(c[i][1] for c in per_call)
         counts[name] += 1
     whole = sum(totals.values())

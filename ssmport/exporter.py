@@ -127,6 +127,9 @@ def export(
                     bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages
                 )
                 headline = report.headline()
+                from ssmport.runtime.op_count import count_ops
+
+                manifest.export["runtime_ops"] = {f: c.to_json() for f, c in count_ops(bundle).items()}
             manifest.export["seconds"] = round(time.perf_counter() - started, 2)
             manifest.export["peak_rss_mb"] = _peak_rss_mb()
             bundle.save_manifest()

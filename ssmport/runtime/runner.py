@@ -48,9 +48,11 @@ class Runner:
     one token at a time through the decode function `main`.
 
     `prefill=False` forces the M=1 path for prompts too (tests and benchmarks compare both).
+    `profiler`: a `coreai.runtime.Profiler` both functions are loaded with (see
+    ssmport.runtime.op_count).
     """
 
-    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True):
+    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True, profiler=None):
         from coreai.runtime import AIModel
 
         self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
@@ -70,8 +72,9 @@ class Runner:
                 # damaged in place): lower again, once.
                 lowered, self.lowered_now = ensure_lowered(self.bundle, rebuild=True)
                 self._model = self._loop.run_until_complete(AIModel.load(lowered))
-            self._fn = self._model.load_function(function)
-            self._prefill = self._model.load_function(prefill_entry.function) if prefill_entry else None
+            traced = {} if profiler is None else {"profiler": profiler}
+            self._fn = self._model.load_function(function, **traced)
+            self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
         self.layout = m.layout  # "apple": dynamic token counts, whole-history positions, see feed()
         # The positions the bundle's kv states hold (None: no kv state, any length).
