@@ -36,6 +36,7 @@ from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, dir_bytes, staged_direc
 from ssmport.contract import GraphSignature, check_contract, graph_names, read_signature
 from ssmport.errors import SsmportError
 from ssmport.interrupts import interrupts_deferred
+from ssmport.apple.graph import APPLE_MAINS
 from ssmport.manifest import LAYOUTS
 from ssmport.manifest import (
     AssetEntry, FunctionEntry, Manifest, PrefillEntry, RecipeEntry, StateEntry, TokenizerEntry,
@@ -83,11 +84,13 @@ def export(
     progress: bool = True,
     prefill_chunk: int | None = DEFAULT_CHUNK,
     layout: str = "ssmport",
+    apple_main: str = "decode",
 ) -> ExportResult:
     """Export `spec` (preset, checkpoint path, Hub repo, or an already loaded model) as a
     bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill").
     `layout` "apple": the functions, states and files Apple's engines load and drive
-    (docs/apple-engines.md); the default "ssmport" is the M=1 decode graph + padded chunks."""
+    (docs/apple-engines.md), with `apple_main` "decode" (one token per call) or "chunk" (ssmport.apple.graph);
+    the default "ssmport" is the M=1 decode graph + padded chunks."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -100,6 +103,8 @@ def export(
         raise SsmportError("--prefill-chunk must be at least 1 (or pass --no-prefill)")
     if layout not in LAYOUTS:
         raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
+    if apple_main not in APPLE_MAINS:
+        raise SsmportError(f"unknown --apple-main {apple_main!r}; choose one of: {', '.join(APPLE_MAINS)}")
     with interrupts_deferred(), Stages(enabled=progress) as stages:  # see ssmport.interrupts
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
@@ -116,7 +121,7 @@ def export(
         final = Path(out) / (name or f"{model.name}-{recipe.name}")
         with staged_directory(final, overwrite) as tmp:
             manifest = _build_bundle(
-                model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk, layout
+                model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk, layout, apple_main
             )
             bundle = Bundle(tmp, manifest)
             headline = None
@@ -145,12 +150,13 @@ def _build_bundle(
     stages: Stages,
     prefill_chunk: int | None,
     layout: str = "ssmport",
+    apple_main: str = "decode",
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
     recipe = get_recipe(quant)
     builder = WeightBuilder(recipe, arch.keeps_float, on_store=stages.advance)
 
-    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout)
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, apple_main)
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
@@ -217,6 +223,7 @@ def convert(
     stages: Stages | None = None,
     prefill_chunk: int | None = DEFAULT_CHUNK,
     layout: str = "ssmport",
+    apple_main: str = "decode",
 ) -> Converted:
     """Build the decode module (and the prefill module, when the architecture has one and
     `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
@@ -238,7 +245,7 @@ def convert(
         prefill.eval()
         _check_buffers(prefill, specs)
     if layout == "apple":
-        functions, specs = _apple_functions(arch, cfg, module, prefill is not None)
+        functions, specs = _apple_functions(arch, cfg, module, prefill is not None, apple_main)
     else:
         # two distinct tensors: torch.export merges an input passed twice into one placeholder
         example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
@@ -276,10 +283,10 @@ def convert(
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout)
 
 
-def _apple_functions(arch, cfg, decode, with_prefill: bool) -> tuple[list[_Function], list]:
+def _apple_functions(arch, cfg, decode, with_prefill: bool, main_form: str) -> tuple[list[_Function], list]:
     from ssmport.apple import export as apple
 
-    main, prefill = apple.apple_modules(arch, cfg, decode, with_prefill)
+    main, prefill = apple.apple_modules(arch, cfg, decode, with_prefill, main_form)
     functions = []
     for name, module in ((apple.MAIN, main), (apple.PREFILL, prefill)):
         if module is not None:

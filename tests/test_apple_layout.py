@@ -1,11 +1,12 @@
 """`--layout apple`: bundles Apple's engines load and drive, checked on the Core AI runtime.
 
 For each built-in architecture (RWKV-7 on the trained rwkv7-pydoc, Mamba-2 and Gated DeltaNet on
-their tiny presets): the functions have the signatures the engines accept (docs/apple-engines.md),
-the states are three fixed ones, metadata.json and the tokenizer files are there, check-engine
-says which engines drive it, the gate passes, and a multi-turn conversation fed exactly as
-Apple's sequential engine feeds it (ssmport.apple.protocol, over the real runtime) generates
-the ids ssmport's own runner generates.
+their tiny presets), with the default one-token `main` (and Mamba-2 with the "chunk" `main` too):
+the functions have the signatures the engines accept (docs/apple-engines.md), the states are
+three fixed ones, metadata.json and the tokenizer files are there, check-engine says which
+engines drive it, the gate passes, and a multi-turn conversation fed exactly as Apple's
+sequential engine feeds it (ssmport.apple.protocol, over the real runtime) generates the ids
+ssmport's own runner generates.
 """
 
 from __future__ import annotations
@@ -33,20 +34,24 @@ STATES = {
 }
 
 
-@pytest.fixture(scope="session", params=list(STATES))
+BUNDLES = [(preset, "decode") for preset in STATES] + [("mamba2-tiny", "chunk")]
+
+
+@pytest.fixture(scope="session", params=BUNDLES, ids=lambda p: f"{p[0]}-{p[1]}")
 def apple_bundle(request, tmp_path_factory):
-    """The preset in the apple layout; the synthetic presets get a small trained tokenizer.json
-    (with a tokenizer_config.json beside it): Apple's loader needs one inside the bundle."""
+    """The preset in the apple layout with that `main`; the synthetic presets get a small trained
+    tokenizer.json (with a tokenizer_config.json beside it): Apple's loader needs one inside the bundle."""
+    preset, main_form = request.param
     out = tmp_path_factory.mktemp("apple")
     vocab = None
-    if request.param != "rwkv7-pydoc":
+    if preset != "rwkv7-pydoc":
         from hybrid_files import write_tokenizer
 
         write_tokenizer(out, 512, "qwen3_5")
         vocab = out / "tokenizer.json"
-    result = export(request.param, out / "bundles", quant="fp32", layout="apple", gate_steps=6, progress=False,
-                    prefill_chunk=8, vocab=vocab)  # fmt: skip
-    return request.param, result
+    result = export(preset, out / "bundles", quant="fp32", layout="apple", gate_steps=6, progress=False,
+                    prefill_chunk=8, vocab=vocab, apple_main=main_form)  # fmt: skip
+    return preset, main_form, result
 
 
 def describe(bundle: Bundle):
@@ -62,13 +67,14 @@ def describe(bundle: Bundle):
 
 
 def test_signatures_states_and_files(apple_bundle):
-    preset, result = apple_bundle
+    preset, main_form, result = apple_bundle
     m = result.manifest
-    V = m.vocab_size
+    V, T = m.vocab_size, 1 if main_form == "decode" else -1
     assert m.layout == "apple" and result.manifest.gate.passed
-    assert [t.key for t in m.main.inputs] == [("input_ids", (1, -1), "int32"), ("position_ids", (1, -1), "int32")]
-    assert [t.key for t in m.main.outputs] == [("logits", (1, -1, V), "float16")]
-    assert [t.key for t in m.prefill.inputs] == [t.key for t in m.main.inputs] and m.prefill.outputs == ()
+    assert [t.key for t in m.main.inputs] == [("input_ids", (1, T), "int32"), ("position_ids", (1, -1), "int32")]
+    assert [t.key for t in m.main.outputs] == [("logits", (1, T, V), "float16")]
+    assert [t.key for t in m.prefill.inputs] == [("input_ids", (1, -1), "int32"), ("position_ids", (1, -1), "int32")]
+    assert m.prefill.outputs == ()
     assert [s.name for s in m.states] == STATES[preset] and {s.kind for s in m.states} == {"fixed"}
     meta = json.loads((result.path / "metadata.json").read_text())
     assert meta["metadata_version"] == "0.2" and meta["assets"]["main"] == "model.aimodel"
@@ -81,11 +87,15 @@ def test_signatures_states_and_files(apple_bundle):
 
 
 def test_check_engine_names_the_engine_that_drives_it(apple_bundle, capsys):
-    _, result = apple_bundle
+    _, main_form, result = apple_bundle
     assert cli(["check-engine", str(result.path)]) == 0
     out = capsys.readouterr().out
-    assert "coreai-sequential @86b363d        drives" in out and "coreai-sequential @prefill-graph  drives" in out
+    assert "coreai-sequential @prefill-graph  drives" in out
     assert "pipelined.kv_pair" in out  # and why the default (pipelined) engine cannot
+    if main_form == "chunk":
+        assert "coreai-sequential @86b363d        drives" in out
+    else:  # 86b363d sends whole prompts to `main`
+        assert "coreai-sequential @86b363d        cannot drive" in out and "COREAI_CHUNK_THRESHOLD=1" in out
 
 
 def test_the_native_layout_fails_the_prefill_guard(tmp_path, capsys):
@@ -97,7 +107,7 @@ def test_the_native_layout_fails_the_prefill_guard(tmp_path, capsys):
 
 
 def test_runner_feeds_like_the_engines_and_matches_the_reference(apple_bundle):
-    preset, result = apple_bundle
+    preset, _, result = apple_bundle
     model = load_model(preset, synthetic=preset != "rwkv7-pydoc")
     tokens = np.random.default_rng(3).integers(1, min(model.config.vocab_size, 257), 21).tolist()
     want = TorchRunner(model).step_each(tokens)
@@ -110,26 +120,34 @@ def test_runner_feeds_like_the_engines_and_matches_the_reference(apple_bundle):
     assert np.abs(fed - want[-1]).max() / scale < 1e-3
 
 
-@pytest.mark.parametrize("revision", [MAIN_86B363D, PREFILL_GRAPH])
-def test_the_sequential_engine_generates_what_the_runner_generates(apple_bundle, revision):
+def test_the_sequential_engine_generates_what_the_runner_generates(apple_bundle):
     """A three-turn conversation as CoreAISequentialEngine feeds it (prompts through `prefill` in
     balanced chunks with the last token held back for `main` at the prefill-graph revision, one
-    `main` call at 86b363d; history matching; a full reset on divergence) against ssmport's
-    runner, greedy, on the same bundle."""
-    preset, result = apple_bundle
+    `main` call at 86b363d, which only the "chunk" main takes; history matching; a full reset on
+    divergence) against ssmport's runner, greedy, on the same bundle."""
+    preset, main_form, result = apple_bundle
+    revisions = (PREFILL_GRAPH,) if main_form == "decode" else (PREFILL_GRAPH, MAIN_86B363D)
     with Runner(result.path) as runner:
-        engine = SequentialEngine(describe(Bundle.open(result.path)), runner, revision=revision,
-                                  chunk_threshold=8)  # fmt: skip
-        rng = np.random.default_rng(11)
-        history: list[int] = []
-        for turn, restart in enumerate((False, False, True)):
-            if restart:  # a new conversation: the engine's history diverges, it resets fully
-                history = []
-            history = history + rng.integers(1, 200, 6 + 5 * turn).tolist()
-            got = engine.generate(history, max_tokens=6)
-            runner.reset()
-            want = list(runner.generate(history, 6, temperature=0.0))
-            assert got == want, (turn, got, want)
-            history = history + got
-        functions = {c.function for c in engine.calls}
-        assert functions == ({"main", "prefill"} if revision == PREFILL_GRAPH else {"main"})
+        for revision in revisions:
+            engine = SequentialEngine(describe(Bundle.open(result.path)), runner, revision=revision,
+                                      chunk_threshold=8)  # fmt: skip
+            rng = np.random.default_rng(11)
+            history: list[int] = []
+            for turn, restart in enumerate((False, False, True)):
+                if restart:  # a new conversation: the engine's history diverges, it resets fully
+                    history = []
+                history = history + rng.integers(1, 200, 6 + 5 * turn).tolist()
+                got = engine.generate(history, max_tokens=6)
+                runner.reset()
+                want = list(runner.generate(history, 6, temperature=0.0))
+                assert got == want, (revision, turn, got, want)
+                history = history + got
+            functions = {c.function for c in engine.calls}
+            assert functions == ({"main", "prefill"} if revision == PREFILL_GRAPH else {"main"})
+
+
+def test_apple_main_needs_the_apple_layout(tmp_path, capsys):
+    code = cli(["export", "mamba2-tiny", "-o", str(tmp_path / "out"), "--apple-main", "chunk", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "--apple-main applies to --layout apple only" in err
+    assert not (tmp_path / "out").exists()

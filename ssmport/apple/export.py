@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 
-from ssmport.apple.graph import INPUT_NAMES, MAIN, OUTPUT_NAMES, PREFILL, AppleLM
+from ssmport.apple.graph import APPLE_MAINS, CHUNK_MAIN, DECODE_MAIN, INPUT_NAMES, MAIN, OUTPUT_NAMES, PREFILL, AppleLM
 from ssmport.apple.metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
 from ssmport.errors import SsmportError
 from ssmport.state import KV
@@ -25,22 +25,28 @@ def max_rows(arch) -> int:
     return min(MAX_ROWS, arch.max_prefill_chunk or MAX_ROWS)
 
 
-def apple_modules(arch, config, decode, with_prefill: bool) -> tuple[AppleLM, AppleLM | None]:
-    """`main` and (optionally) `prefill` of the apple layout over the decode module's blocks."""
+def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DECODE_MAIN) -> tuple[AppleLM, AppleLM | None]:
+    """`main` (in `main_form`, see ssmport.apple.graph) and (optionally) `prefill` of the apple
+    layout over the decode module's blocks."""
+    if main_form not in APPLE_MAINS:
+        raise SsmportError(f"unknown --apple-main {main_form!r}; choose one of: {', '.join(APPLE_MAINS)}")
     splits = arch.apple_state_splits(config)
     if splits is None:
         raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")
     rows = max_rows(arch)
-    main = AppleLM(decode, splits, True, rows).eval()
+    main = AppleLM(decode, splits, True, rows, one_token=main_form == DECODE_MAIN).eval()
     return main, (AppleLM(decode, splits, False, rows).eval() if with_prefill else None)
 
 
 def example_and_shapes(module: AppleLM) -> tuple[tuple[torch.Tensor, ...], tuple]:
-    """Tracing inputs and torch.export's dynamic shapes: T and P dynamic (traced at T=5, P=9:
-    sizes 0 and 1 would be specialised)."""
-    T = torch.export.Dim("T", min=1, max=module.max_rows)
+    """Tracing inputs and torch.export's dynamic shapes: P dynamic, and T unless the module takes
+    one token (traced at T=5, P=9: sizes 0 and 1 would be specialised)."""
     P = torch.export.Dim("P", min=1, max=MAX_POSITIONS)
-    return (torch.zeros(1, 5, dtype=torch.int32), torch.zeros(1, 9, dtype=torch.int32)), ({1: T}, {1: P})
+    positions = torch.zeros(1, 9, dtype=torch.int32)
+    if module.one_token:
+        return (torch.zeros(1, 1, dtype=torch.int32), positions), (None, {1: P})
+    T = torch.export.Dim("T", min=1, max=module.max_rows)
+    return (torch.zeros(1, 5, dtype=torch.int32), positions), ({1: T}, {1: P})
 
 
 def write_files(out: Path, manifest, model) -> None:
@@ -81,5 +87,5 @@ def write_files(out: Path, manifest, model) -> None:
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", "utf-8")
 
 
-__all__ = ["INPUT_NAMES", "MAIN", "MAX_POSITIONS", "MAX_ROWS", "OUTPUT_NAMES", "PREFILL", "apple_modules",
+__all__ = ["APPLE_MAINS", "CHUNK_MAIN", "DECODE_MAIN", "INPUT_NAMES", "MAIN", "MAX_POSITIONS", "MAX_ROWS", "OUTPUT_NAMES", "PREFILL", "apple_modules",
            "example_and_shapes", "max_rows", "write_files"]  # fmt: skip

@@ -8,8 +8,14 @@ Over the very blocks of `ssmport.graph.CausalLM` (same weights), two functions:
 T dynamic (every row is a real token: no padding, no valid_len), `position_ids` the whole
 history 0..P-1 as the engines feed it (the new tokens sit at P-T..P-1), logits of every row
 in fp16, and `prefill` the same computation without the head (docs/apple-engines.md, sections 6-8).
-Every call runs the blocks' chunk path (a decode step is a chunk of one), so only
-architectures whose chunk forms are loop-free and shape-polymorphic in T take this layout.
+Those calls run the blocks' chunk path, so only architectures whose chunk forms are loop-free
+and shape-polymorphic in T take this layout.
+
+`main` comes in two forms (`APPLE_MAINS`): "decode" (the default) takes one token, T = 1
+static, and runs the blocks' decode path, the very M=1 graph of the ssmport layout: Apple's
+engines since the prefill function (#204, #227) send it only the held-back last prompt token
+and the decode steps. "chunk" takes [1, T?] through the chunk path, which the 86b363d engines
+need (they send whole prompts to `main`), at the price of a heavier decode step.
 
 States: an architecture may split one of its native states into parts (`StateSplit`), so a
 pure-recurrent model has three states and Apple's 86b363d rule "exactly two states are a KV
@@ -30,6 +36,8 @@ from ssmport.ops.rows import read_layer
 from ssmport.state import StateSpec, register_states
 
 MAIN, PREFILL = "main", "prefill"
+DECODE_MAIN, CHUNK_MAIN = "decode", "chunk"
+APPLE_MAINS = (DECODE_MAIN, CHUNK_MAIN)  # the forms of `main`, see above
 INPUT_NAMES = ("input_ids", "position_ids")
 OUTPUT_NAMES = {MAIN: ("logits",), PREFILL: ()}
 
@@ -75,12 +83,14 @@ def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> li
 class AppleLM(nn.Module):
     """`main` (with_head) or `prefill` (without) of the apple layout, over a decode module's
     embedding, blocks and head (`ssmport.graph.CausalLM`), whose native states it stores as
-    `splits` say."""
+    `splits` say. `one_token`: T = 1 through the blocks' decode path (the "decode" main)."""
 
-    def __init__(self, decode: nn.Module, splits: Sequence[StateSplit], with_head: bool, max_rows: int):
+    def __init__(self, decode: nn.Module, splits: Sequence[StateSplit], with_head: bool, max_rows: int,
+                 one_token: bool = False):  # fmt: skip
         super().__init__()
         self.embed, self.layers, self.head, self.with_head = decode.embed, decode.layers, decode.head, with_head
-        self.max_rows = max_rows  # the most tokens one call may carry (the export's bound on T)
+        self.one_token = one_token
+        self.max_rows = 1 if one_token else max_rows  # the most tokens one call may carry (the bound on T)
         self.native = tuple(decode.specs)
         self.splits = {s.state: s for s in splits}
         self.specs = tuple(apple_specs(self.native, splits))
@@ -90,8 +100,12 @@ class AppleLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor):
         T, P = input_ids.shape[1], position_ids.shape[1]
         torch._check(P >= T)
-        valid_len = torch.ones(T, dtype=torch.int32).sum().view(1)  # every row is real (T, as a tensor)
-        step = Step(valid_len, (torch.arange(T, dtype=torch.int32) + (P - T)), max_rows=self.max_rows)
+        positions = torch.arange(T, dtype=torch.int32) + (P - T)
+        if self.one_token:
+            step = Step(None, positions)
+        else:
+            valid_len = torch.ones(T, dtype=torch.int32).sum().view(1)  # every row is real (T, as a tensor)
+            step = Step(valid_len, positions, max_rows=self.max_rows)
         x = self.embed(input_ids.view(T))
         values: dict[str, list] = {s.name: [] for s in self.native}
         for layer, slots in zip(self.layers, self.slots):

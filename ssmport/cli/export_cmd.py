@@ -46,12 +46,21 @@ def add_parser(sub) -> None:
                    help="ssmport (default): main [1,1] + padded prefill chunks; apple: the functions, "
                    "states and files Apple's CoreAILanguageModels engines load and drive "
                    "(docs/apple-engines.md; check with `ssmport check-engine`)")  # fmt: skip
+    p.add_argument("--apple-main", choices=["decode", "chunk"], default=None,
+                   help="with --layout apple: decode (default): `main` takes one token per call, the M=1 "
+                   "decode graph, for Apple's engines since the prefill function (#204/#227); chunk: "
+                   "`main` takes [1, T] through the chunk path, which the 86b363d engines need (they "
+                   "send whole prompts to `main`) at the cost of a heavier decode step")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
 
 def run(args) -> int:
+    from ssmport.errors import SsmportError
     from ssmport.exporter import export
+
+    if args.apple_main and args.layout != "apple":
+        raise SsmportError("--apple-main applies to --layout apple only")
 
     result = export(
         args.model,
@@ -70,6 +79,7 @@ def run(args) -> int:
         progress=not args.quiet,
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
         layout=args.layout,
+        apple_main=args.apple_main or "decode",
     )
     m = result.manifest
     for note in m.notes:

@@ -24,7 +24,7 @@ from ssmport.bundle import Bundle
 from ssmport.coreai_loop import CoreAILoop, settle
 from ssmport.errors import BundleError, SsmportError
 from ssmport.interrupts import interrupts_held
-from ssmport.manifest import FunctionEntry
+from ssmport.manifest import DYNAMIC_DIM, FunctionEntry
 from ssmport.runtime.lowering import ensure_lowered
 from ssmport.runtime.snapshot import StateSnapshot
 from ssmport.prefill import DEFAULT_CHUNK
@@ -77,6 +77,9 @@ class Runner:
             self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
         self.layout = m.layout  # "apple": dynamic token counts, whole-history positions, see feed()
+        # the most tokens one `main` call takes: apple's "decode" main and the ssmport layout, 1
+        main_rows = m.main.inputs[0].shape[1]
+        self.main_rows = (self.prefill_chunk or DEFAULT_CHUNK) if main_rows == DYNAMIC_DIM else main_rows
         # The positions the bundle's kv states hold (None: no kv state, any length).
         self.context: int | None = min((s.shape[3] for s in m.states if s.kind == KV), default=None)
         self._check_descriptor(self._fn, m.main)
@@ -240,14 +243,15 @@ class Runner:
         return logits
 
     def _feed_apple(self, tokens: list[int]) -> np.ndarray:
-        # without prefill, `main` takes the prompt in chunks of DEFAULT_CHUNK (64), which every
-        # apple-layout architecture accepts (the smallest bound on T is RWKV-7's 128)
-        rows = self.prefill_chunk or DEFAULT_CHUNK
+        # without prefill, `main` takes the prompt in calls of main_rows: one token for the
+        # "decode" main; DEFAULT_CHUNK (64) for the "chunk" main, which every apple-layout
+        # architecture accepts (the smallest bound on T is RWKV-7's 128)
         if not self.has_prefill:
+            rows = self.main_rows
             for start in range(0, len(tokens), rows):
                 logits = self._main_call(tokens[start : start + rows])[-1]
             return logits
-        head, last = tokens[:-1], tokens[-1]
+        head, last, rows = tokens[:-1], tokens[-1], self.prefill_chunk
         for start in range(0, len(head), rows):
             self._prefill_call(head[start : start + rows])
         return self._main_call([last])[-1]
