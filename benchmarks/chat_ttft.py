@@ -41,7 +41,7 @@ def long_message(tokenizer, n_tokens: int, seed: int) -> str:
 
 def measure(bundle: Bundle, history: int, reply_tokens: int, seed: int) -> dict:
     tokenizer = bundle_tokenizer(bundle)
-    template = chat_template(bundle.manifest)
+    template = chat_template(bundle, tokenizer)
     with Runner(bundle) as runner:
         session = ChatSession(runner, tokenizer, template)
         start = time.perf_counter()
