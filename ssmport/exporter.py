@@ -282,7 +282,7 @@ def _write_tokenizer(model: LoadedModel, out: Path) -> TokenizerEntry | None:
     (out / TOKENIZER_DIR).mkdir()
     config = template = None
     if tokenizer_kind(model.vocab_path) == HF_JSON_KIND:
-        from ssmport.runtime.hf_chat import CONFIG_FILE, TEMPLATE_FILE, read_template
+        from ssmport.tokenizers.chat_template import CONFIG_FILE, TEMPLATE_FILE, read_template
         from ssmport.tokenizers.hf_json import hf_json_vocab_size
 
         target = out / TOKENIZER_DIR / HF_TOKENIZER_FILENAME

@@ -190,10 +190,10 @@ def test_chat_turn_two_equals_a_cold_replay(bundles):
     assert np.abs(warm - want).max() <= 1e-4 and warm.argmax() == want.argmax()
 
 
-def test_hf_chat_template_with_thinking_and_named_templates(tmp_path):
+def test_chat_template_with_thinking_and_named_templates(tmp_path):
     """A Qwen3-style template (a history rewrite, a generation prompt that opens <think>) and the
     list-of-named-templates spelling; the turn end is the special token after the reply."""
-    from ssmport.runtime.hf_chat import hf_chat_template
+    from ssmport.tokenizers.chat_template import chat_turns
     from ssmport.tokenizers.hf_json import HFJsonTokenizer
 
     folder = hf.write_qwen35_text(tmp_path / "q", hf.Qwen35Dims(), seed=0)
@@ -208,11 +208,11 @@ def test_hf_chat_template_with_thinking_and_named_templates(tmp_path):
     config["eos_token"] = {"content": "<|im_end|>", "special": True}
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     tok = HFJsonTokenizer(folder / "tokenizer.json")
-    t = hf_chat_template(folder, tok)
-    assert t.first_user == "<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n<think>\n"
-    assert t.next_user == "<|im_end|>\n<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n<think>\n"
-    assert tok.encode("<|im_end|>")[0] in t.eos_ids
+    first, later, stops = chat_turns(folder, tok)
+    assert first == "<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert later == "<|im_end|>\n<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n<think>\n"
+    assert tok.encode("<|im_end|>")[0] in stops
     config["chat_template"] = "{{ raise_exception('no system role') }}"
     (folder / "tokenizer_config.json").write_text(json.dumps(config))
     with pytest.raises(SsmportError, match="does not render .*no system role"):
-        hf_chat_template(folder, tok)
+        chat_turns(folder, tok)

@@ -59,15 +59,16 @@ CHAT_TEMPLATES = {"rwkv-world": RWKV_WORLD_CHAT}  # fixed formats, by the bundle
 def chat_template(bundle: Bundle, tokenizer=None) -> ChatTemplate:
     """The bundle's chat format: the fixed one of its tokenizer kind (RWKV World), else the
     Jinja template its checkpoint shipped (tokenizer_config.json, copied into the bundle at
-    export; ssmport.runtime.hf_chat), whose stop tokens need the bundle's `tokenizer`."""
+    export; ssmport.tokenizers.chat_template), whose stop tokens need the bundle's `tokenizer`."""
     m = bundle.manifest
     kind = m.tokenizer.kind if m.tokenizer else None
     if kind in CHAT_TEMPLATES:
         return CHAT_TEMPLATES[kind]
     if m.tokenizer is not None and m.tokenizer.chat_template is not None and tokenizer is not None:
-        from ssmport.runtime.hf_chat import hf_chat_template
+        from ssmport.tokenizers.chat_template import chat_turns
 
-        return hf_chat_template(bundle.path / Path(m.tokenizer.chat_template).parent, tokenizer)
+        first, later, stops = chat_turns(bundle.path / Path(m.tokenizer.chat_template).parent, tokenizer)
+        return ChatTemplate(first_user=first, next_user=later, stop_strings=(), eos_ids=stops)
     raise SsmportError(f"{m.name}: no chat template (tokenizer kind {kind!r}, and its checkpoint shipped no "
                        "tokenizer_config.json chat_template)")  # fmt: skip
 

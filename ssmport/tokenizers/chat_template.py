@@ -1,5 +1,6 @@
-"""A chat template from a checkpoint's `tokenizer_config.json` (Hugging Face's Jinja chat
-templates: Qwen, LFM2, Granite ...), as the turn pieces `ChatSession` appends.
+"""A checkpoint's chat template (Hugging Face's Jinja templates in `tokenizer_config.json` or
+`chat_template.jinja`: Qwen, LFM2, Granite ...), cut into the turn pieces that
+`ssmport.runtime.chat.ChatSession` appends.
 
 ChatSession keeps the conversation as the tokens it fed: the first prompt, each reply as
 generated, then the next user turn. So the template is rendered once, on placeholder
@@ -25,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from ssmport.errors import SsmportError
-from ssmport.runtime.chat import ChatTemplate
 
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"  # where newer checkpoints keep the template instead
@@ -103,8 +103,10 @@ def turn_pieces(source: str, config: dict, where: str) -> tuple[str, str]:
     return first.replace(_USER_1, "{message}"), two[two.index(_REPLY) + len(_REPLY) :].replace(_USER_2, "{message}")
 
 
-def hf_chat_template(folder: Path, tokenizer) -> ChatTemplate:
-    """The chat template of a tokenizer folder (a bundle's tokenizer/, a checkpoint folder)."""
+def chat_turns(folder: Path, tokenizer) -> tuple[str, str, tuple[int, ...]]:
+    """(first user turn, later user turn, stop ids) of the template in a tokenizer folder (a
+    bundle's tokenizer/, a checkpoint folder). The stop ids are the template's turn-end token,
+    the tokenizer_config's eos_token and the tokenizer's own end-of-text."""
     found = read_template(folder)
     if found is None:
         raise SsmportError(f"{folder}: no chat template ({CONFIG_FILE} has no 'chat_template', no {TEMPLATE_FILE})")
@@ -120,4 +122,4 @@ def hf_chat_template(folder: Path, tokenizer) -> ChatTemplate:
         ids = tokenizer.encode(eos)
         if len(ids) == 1 and tokenizer.token_bytes(ids[0]) is None:
             stops.add(ids[0])
-    return ChatTemplate(first_user=first, next_user=later, stop_strings=(), eos_ids=tuple(sorted(stops)))
+    return first, later, tuple(sorted(stops))
