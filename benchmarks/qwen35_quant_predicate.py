@@ -3,7 +3,9 @@
 The same token streams go through the fp32 decode module and through int8 builds that keep
 different weight roles in fp16 (int8 = symmetric, one fp16 scale per 32 inputs, the recipe's
 storage); prints max |Δlogits| relative to the logit scale, and top-1 agreement.
-`int8keepproj` is ssmport's predicate; each "+ X int8" row moves X to int8 on top of it.
+`int8keepproj` is ssmport's predicate; each "+ X int8" row moves X to int8 on top of MLP + head
+int8 (the predicate without its attention decision: rows measured before it was taken keep
+their meaning), each "only X int8" row puts X alone in int8, the rest fp16.
 
     python benchmarks/qwen35_quant_predicate.py [--preset qwen3.5-tiny] [--layers N] [--steps 32] [--json F]
 
@@ -26,6 +28,7 @@ from ssmport.architectures.base import LoadedModel
 from ssmport.models.qwen3_5.quant import KEEP_FLOAT_ROLES, role
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
+from ssmport.quant.roles import Role
 
 QKV = ("q_proj", "k_proj", "v_proj")
 
@@ -35,16 +38,20 @@ def _name_has(name: str, parts) -> bool:
 
 
 def variants() -> dict[str, tuple[str, object]]:
-    keep = lambda n: role(n) in KEEP_FLOAT_ROLES  # noqa: E731
+    keep = lambda n: role(n) in KEEP_FLOAT_ROLES | {Role.ATTN_PROJ}  # noqa: E731  (MLP + head int8)
     return {
         "fp16 (no int8)": ("fp16", lambda n: True),
-        "int8keepproj": ("int8keepproj", keep),
+        "MLP + head int8": ("int8keepproj", keep),
+        "int8keepproj": ("int8keepproj", lambda n: role(n) in KEEP_FLOAT_ROLES),
         "+ attn q/k/v int8": ("int8keepproj", lambda n: keep(n) and not (".self_attn." in n and _name_has(n, QKV))),
         "+ attn o_proj int8": ("int8keepproj", lambda n: keep(n) and not (".self_attn." in n and "o_proj" in n)),
         "+ attn q/k/v/o int8": ("int8keepproj", lambda n: keep(n) and ".self_attn." not in n),
         "+ linear out_proj int8": ("int8keepproj", lambda n: keep(n) and not (".linear_attn." in n and "out_proj" in n)),
         "+ linear in_proj int8": ("int8keepproj", lambda n: keep(n) and not (".linear_attn." in n and "in_proj" in n)),
         "int8 (all)": ("int8", lambda n: False),
+        # one role alone in int8, everything else fp16: its own share of the error
+        "only attn q/k/v/o int8": ("int8keepproj", lambda n: ".self_attn." not in n),
+        "only linear out_proj int8": ("int8keepproj", lambda n: not (".linear_attn." in n and "out_proj" in n)),
     }
 
 
@@ -73,6 +80,7 @@ def main() -> None:
     p.add_argument("--layers", type=int, help="keep the preset's widths with this many layers")
     p.add_argument("--steps", type=int, default=32)
     p.add_argument("--seeds", type=int, default=3, help="synthetic weight seeds")
+    p.add_argument("--only", nargs="+", help="run just these variants (labels as printed)")
     p.add_argument("--json", help="write the results here")
     a = p.parse_args()
     torch.set_num_threads(1)  # a shared machine
@@ -84,7 +92,8 @@ def main() -> None:
     print(f"{a.preset}{f' ({a.layers} layers)' if a.layers else ''}, synthetic seeds 0..{a.seeds - 1}, "
           f"{a.steps} teacher-forced tokens each, torch eager")  # fmt: skip
     print(f"{'variant':24} {'max rel |Δ|':>12} {'top-1':>10}")
-    for label, (recipe, keep) in variants().items():
+    chosen = {k: v for k, v in variants().items() if not a.only or k in a.only}
+    for label, (recipe, keep) in chosen.items():
         worst, agree, total = 0.0, 0, 0
         for m, tokens, ref in zip(models, streams, refs):
             got = decode_logits(m, recipe, keep, tokens)

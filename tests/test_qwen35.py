@@ -301,8 +301,8 @@ def test_int8keepproj_plan():
     dtypes = {}
     for e in builder.entries:
         dtypes.setdefault(e.role, set()).add(e.dtype)
-    assert dtypes["ffn"] == dtypes["head"] == {"int8"}
-    assert dtypes["state_proj"] == dtypes["attn_proj"] == dtypes["out_proj"] == {"float16"}
+    assert dtypes["ffn"] == dtypes["head"] == dtypes["attn_proj"] == {"int8"}
+    assert dtypes["state_proj"] == dtypes["out_proj"] == dtypes["embedding"] == {"float16"}
     assert dtypes["conv"] == dtypes["decay"] == dtypes["norm"] == {"float32"}
 
 

@@ -133,8 +133,8 @@ def test_int8keepproj_passes_its_gate(bundles):
     dtypes: dict[str, set] = {}
     for e in m.plan_tensors:
         dtypes.setdefault(e["role"], set()).add(e["dtype"])
-    assert dtypes["ffn"] == dtypes["head"] == {"int8"}
-    assert dtypes["state_proj"] == dtypes["attn_proj"] == dtypes["out_proj"] == dtypes["embedding"] == {"float16"}
+    assert dtypes["ffn"] == dtypes["head"] == dtypes["attn_proj"] == {"int8"}
+    assert dtypes["state_proj"] == dtypes["out_proj"] == dtypes["embedding"] == {"float16"}
     assert m.gate.max_rel_logit_delta > 0
 
 
