@@ -41,8 +41,9 @@ def long_message(tokenizer, n_tokens: int, seed: int) -> str:
 
 def measure(bundle: Bundle, history: int, reply_tokens: int, seed: int) -> dict:
     tokenizer = bundle_tokenizer(bundle)
-    template = chat_template(bundle.manifest)
+    template = chat_template(bundle, tokenizer)
     with Runner(bundle) as runner:
+        has_prefill = runner.has_prefill  # (read while open: close() drops the functions)
         session = ChatSession(runner, tokenizer, template)
         start = time.perf_counter()
         reply = "".join(session.send(long_message(tokenizer, history, seed), max_tokens=reply_tokens))
@@ -71,7 +72,7 @@ def measure(bundle: Bundle, history: int, reply_tokens: int, seed: int) -> dict:
         "speedup": round(cold_s / warm_s, 1),
         "first_token_equal": warm_first == cold_first,
         "logits_max_abs_diff": float(np.abs(warm - cold).max()),
-        "prefill_function": bool(getattr(runner, "has_prefill", False)),
+        "prefill_function": has_prefill,
     }  # fmt: skip
 
 

@@ -120,6 +120,9 @@ def bench_bundle(
     result["ops_per_prefill_chunk"] = ops["prefill"].ops if "prefill" in ops else None
     result["runtime_ops"] = {function: count.to_json() for function, count in ops.items()}
     result["state_bytes"] = state_bytes(m)
+    result["context"] = m.context  # None: no kv state
+    result["kv_bytes_per_token"] = m.kv_bytes_per_token
+    result["fixed_state_bytes"] = m.fixed_state_bytes
     result["asset_bytes"] = dir_bytes(bundle.asset_path)
     result["weight_bytes_per_token"] = weight_bytes_per_token(m)
     result["effective_gb_per_s"] = result["weight_bytes_per_token"] / result["decode_ms_per_token"] / 1e6

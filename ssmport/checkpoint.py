@@ -45,6 +45,9 @@ class TensorSource(Mapping[str, torch.Tensor]):
     """
 
     origin: str
+    # Tensors of the checkpoint the loader left out on purpose, by name prefix:
+    # {prefix: (what they are, how many)} (a VLM's vision tower); the user is told.
+    skipped: Mapping[str, tuple[str, int]] = {}
 
     def shape(self, name: str) -> tuple[int, ...]:
         """The shape `self[name]` will have, without reading it."""
@@ -244,11 +247,14 @@ class MappedSource(TensorSource):
         source: TensorSource,
         mapping: Mapping[str, tuple[str, Callable[[torch.Tensor], torch.Tensor]]],
         shapes: Mapping[str, tuple[int, ...]],
+        skipped: Mapping[str, tuple[str, int]] | None = None,
     ):
+        """`skipped`: the source's tensors deliberately not mapped, {prefix: (what, count)}."""
         self.origin = source.origin
         self._source = source
         self._mapping = dict(mapping)
         self._shapes = dict(shapes)
+        self.skipped = dict(skipped or {})
 
     def __getitem__(self, name: str) -> torch.Tensor:
         source_name, transform = self._mapping[name]

@@ -45,7 +45,7 @@ from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder, summarize_plan
-from ssmport.sources import load_model
+from ssmport.sources import load_model, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
 
 DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
@@ -85,12 +85,14 @@ def export(
     prefill_chunk: int | None = DEFAULT_CHUNK,
     layout: str = "ssmport",
     apple_main: str = "decode",
+    context: int | None = None,
 ) -> ExportResult:
     """Export `spec` (preset, checkpoint path, Hub repo, or an already loaded model) as a
     bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill").
     `layout` "apple": the functions, states and files Apple's engines load and drive
     (docs/apple-engines.md), with `apple_main` "decode" (one token per call) or "chunk" (ssmport.apple.graph);
-    the default "ssmport" is the M=1 decode graph + padded chunks."""
+    the default "ssmport" is the M=1 decode graph + padded chunks. `context`: the positions a
+    model with a KV cache holds (None: its config's default)."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -113,6 +115,8 @@ def export(
                 model = load_model(
                     str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab, file=file, display=stages
                 )
+            if context is not None:
+                model = with_context(model, context)
         recipe = get_recipe(quant or default_quant(model))
         longest = model.architecture.max_prefill_chunk
         if layout == "ssmport" and prefill_chunk is not None and longest is not None and prefill_chunk > longest:
@@ -338,19 +342,30 @@ def _write_tokenizer(model: LoadedModel, out: Path) -> TokenizerEntry | None:
     from ssmport.tokenizers import HF_JSON_KIND, HF_TOKENIZER_FILENAME, WORLD_KIND, tokenizer_kind
 
     (out / TOKENIZER_DIR).mkdir()
+    config = template = None
     if tokenizer_kind(model.vocab_path) == HF_JSON_KIND:
+        from ssmport.tokenizers.chat_template import CONFIG_FILE, TEMPLATE_FILE, read_template
         from ssmport.tokenizers.hf_json import hf_json_vocab_size
 
         target = out / TOKENIZER_DIR / HF_TOKENIZER_FILENAME
         shutil.copyfile(model.vocab_path, target)
         kind, sha256, entries = HF_JSON_KIND, hashlib.sha256(target.read_bytes()).hexdigest(), hf_json_vocab_size(target)
+        # The checkpoint's tokenizer_config.json (special tokens, chat template) and a separate
+        # chat_template.jinja travel with it, byte for byte: `ssmport chat` renders them.
+        for extra in (CONFIG_FILE, TEMPLATE_FILE):
+            if (model.vocab_path.parent / extra).is_file():
+                shutil.copyfile(model.vocab_path.parent / extra, out / TOKENIZER_DIR / extra)
+        if (out / TOKENIZER_DIR / CONFIG_FILE).is_file():
+            config = f"{TOKENIZER_DIR}/{CONFIG_FILE}"
+        found = read_template(out / TOKENIZER_DIR)
+        template = None if found is None else f"{TOKENIZER_DIR}/{found[2].name}"
     else:
         from ssmport.tokenizers import export_vocab_tsv
 
         target = out / TOKENIZER_DIR / "vocab.tsv"
         info = export_vocab_tsv(model.vocab_path, target)
         kind, sha256, entries = WORLD_KIND, info.sha256, info.entries
-    return TokenizerEntry(kind, f"{TOKENIZER_DIR}/{target.name}", sha256, entries, model.vocab_origin)
+    return TokenizerEntry(kind, f"{TOKENIZER_DIR}/{target.name}", sha256, entries, model.vocab_origin, config, template)
 
 
 def _return_freed_memory() -> None:

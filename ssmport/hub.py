@@ -24,6 +24,8 @@ from typing import Any, Protocol
 from ssmport.checkpoint import HF_WEIGHT_FILES, shard_names
 from ssmport.errors import SsmportError
 from ssmport.tokenizers import HF_TOKENIZER_FILENAME, VOCAB_FILENAMES
+from ssmport.tokenizers.chat_template import CONFIG_FILE as TOKENIZER_CONFIG_FILE
+from ssmport.tokenizers.chat_template import TEMPLATE_FILE as CHAT_TEMPLATE_FILE
 
 # The Hub's repo ids: "namespace/name", letters, digits, "-", "_", ".".
 _REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
@@ -305,7 +307,12 @@ def _digest_from_blob_name(name: str) -> tuple[str, str] | None:
 
 
 def _tokenizer_files(listing: _Listing) -> list[str]:
-    return sorted(n for n in listing.files if _TOKENIZER_FILES.fullmatch(n))
+    """The tokenizer next to the weights; with a tokenizer.json, the files that say how it is
+    used (special tokens, the chat template: `ssmport chat`)."""
+    names = [n for n in listing.files if _TOKENIZER_FILES.fullmatch(n)]
+    if HF_TOKENIZER_FILENAME in names:
+        names += [n for n in (TOKENIZER_CONFIG_FILE, CHAT_TEMPLATE_FILE) if n in listing.files]
+    return sorted(names)
 
 
 def _weight_layout(listing: _Listing) -> tuple[str | None, str | None]:

@@ -11,11 +11,13 @@ Schema versions: 2 adds state kinds ("fixed" / "kv") and the KV context. Version
 
 from __future__ import annotations
 
+import math
 from dataclasses import MISSING, asdict, dataclass, field, fields
 from typing import Any
 
 from ssmport.errors import BundleError
 
+_ITEMSIZE = {"float32": 4, "float16": 2}  # the state dtypes (ssmport.state.STATE_DTYPES)
 FORMAT = "ssmport-bundle"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
@@ -111,6 +113,8 @@ class TokenizerEntry:
     sha256: str
     entries: int
     origin: str | None = None
+    config: str | None = None  # the checkpoint's tokenizer_config.json, copied (relative to the bundle)
+    chat_template: str | None = None  # the file holding its chat template (the config or chat_template.jinja)
 
 
 @dataclass(frozen=True)
@@ -170,6 +174,25 @@ class Manifest:
     @property
     def plan_tensors(self) -> list[dict]:
         return self.plan["tensors"]
+
+    @property
+    def kv_states(self) -> tuple[StateEntry, ...]:
+        return tuple(s for s in self.states if s.kind == "kv")
+
+    @property
+    def context(self) -> int | None:
+        """The positions the kv states hold (None: no kv state, any length)."""
+        return min((s.shape[3] for s in self.kv_states), default=None)
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes the kv states hold per position of context (0 without kv states)."""
+        return sum(math.prod(s.shape) // s.shape[3] * _ITEMSIZE[s.dtype] for s in self.kv_states)
+
+    @property
+    def fixed_state_bytes(self) -> int:
+        """Bytes of the states whose size does not depend on the context."""
+        return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in self.states if s.kind != "kv")
 
     def to_json(self) -> dict:
         return {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from pathlib import Path
@@ -18,7 +19,9 @@ PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE
 # from the weights, so they may differ).
 _PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",  # RWKV-7
                 "num_heads", "head_dim", "num_v_heads", "head_v_dim", "intermediate_size",  # Gated DeltaNet
-                "state_size", "n_groups", "conv_kernel")  # Mamba-2
+                "state_size", "n_groups", "conv_kernel",  # Mamba-2
+                "layer_types", "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",  # Qwen3.5
+                "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
 
 
 def load_model(
@@ -202,14 +205,22 @@ def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: 
     from ssmport.tokenizers import find_tokenizer
 
     vocab = find_tokenizer(vocab_dir)
+    provenance: dict[str, Any] = {"kind": kind, "path": str(path.resolve())}
+    notes = []
+    if weights.skipped:  # named in the manifest (source) and in one line of output (notes)
+        provenance["skipped_tensors"] = {f"{p}*": {"what": what, "tensors": n} for p, (what, n) in weights.skipped.items()}
+        groups = ", ".join(f"{p}* ({what}, {n})" for p, (what, n) in weights.skipped.items())
+        total = sum(n for _, n in weights.skipped.values())
+        notes.append(f"left out {total} checkpoint tensors that are not part of the language model: {groups}")
     return LoadedModel(
         architecture=arch,
         config=config,
         weights=weights,
-        provenance={"kind": kind, "path": str(path.resolve())},
+        provenance=provenance,
         vocab_path=vocab,
         vocab_origin="next to checkpoint" if vocab else None,
         name=_slug(name),
+        notes=notes,
     )
 
 
@@ -217,8 +228,22 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-") or "model"
 
 
+def with_context(model: LoadedModel, context: int) -> LoadedModel:
+    """The model with its KV cache sized for `context` positions (export's --context), recorded
+    in its provenance so that a rebuilt source (gate, bench) gets the same cache."""
+    config = model.architecture.with_context(model.config, context)
+    return dataclasses.replace(model, config=config, provenance={**model.provenance, "context": context})
+
+
 def rebuild_source(provenance: dict[str, Any], weights: str | Path | None = None) -> LoadedModel:
     """Reload the fp32 source a bundle was exported from (for gates and torch logits)."""
+    model = _rebuild_source(provenance, weights)
+    if "context" in provenance:
+        model = with_context(model, int(provenance["context"]))
+    return model
+
+
+def _rebuild_source(provenance: dict[str, Any], weights: str | Path | None) -> LoadedModel:
     if weights is not None:
         return load_checkpoint(Path(weights))
     kind = provenance.get("kind")

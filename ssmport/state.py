@@ -20,6 +20,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from ssmport.errors import SsmportError
+
 FIXED, KV = "fixed", "kv"
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
@@ -78,6 +80,16 @@ class StateSpec:
         }
 
 
+def check_room(held: int, new: int, context: int | None) -> None:
+    """A model with kv states holds `context` positions: refuse to feed past them (never a
+    silent wrap). `context` None: no kv state, any length."""
+    if context is not None and held + new > context:
+        raise SsmportError(
+            f"the context is full: {held} tokens held + {new} new > {context} positions "
+            "(export with a larger --context, or start over)"
+        )
+
+
 def dtype_name(dtype: torch.dtype) -> str:
     """`torch.float16` -> "float16" (the spelling the Core AI runtime reports)."""
     return str(dtype).removeprefix("torch.")
@@ -93,5 +105,5 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
 # here for architectures written against earlier versions (examples, plugins).
 from ssmport.ops.rows import read_layer, read_layer_by_matmul, stack_rows, write_once  # noqa: E402
 
-__all__ = ["NUMPY_DTYPES", "STATE_DTYPES", "StateSpec", "dtype_name", "read_layer", "read_layer_by_matmul",
+__all__ = ["NUMPY_DTYPES", "STATE_DTYPES", "StateSpec", "check_room", "dtype_name", "read_layer", "read_layer_by_matmul",
            "register_states", "stack_rows", "write_once"]  # fmt: skip

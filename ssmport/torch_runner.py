@@ -14,6 +14,7 @@ from ssmport.architectures import LoadedModel
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
+from ssmport.state import KV, check_room
 
 
 class TorchRunner:
@@ -24,6 +25,8 @@ class TorchRunner:
             self.module = arch.build_decode(model.config, model.weights, self.builder, state_dtype).eval()
         self.specs = arch.state_specs(model.config, state_dtype)
         self.vocab_size = model.config.vocab_size
+        # The positions its kv states hold (None: no kv state, any length), as the Runner's.
+        self.context: int | None = min((s.context for s in self.specs if s.kind == KV), default=None)
         self.tokens: list[int] = []
 
     def reset(self) -> None:
@@ -34,6 +37,7 @@ class TorchRunner:
     def step(self, token: int) -> np.ndarray:
         if not 0 <= int(token) < self.vocab_size:
             raise SsmportError(f"token id {token} is outside the vocabulary [0, {self.vocab_size})")
+        check_room(len(self.tokens), 1, self.context)
         ids = torch.tensor([[token]], dtype=torch.int32)
         pos = torch.tensor([[len(self.tokens)]], dtype=torch.int32)
         with torch.no_grad():

@@ -29,7 +29,8 @@ def run_prefill(module, tokens: list[int], pad: int = 0) -> torch.Tensor:
             chunk = tokens[start : start + CHUNK]
             ids = torch.full((1, CHUNK), pad, dtype=torch.int32)
             ids[0, : len(chunk)] = torch.tensor(chunk)
-            logits = module(ids, torch.zeros(1, CHUNK, dtype=torch.int32), torch.tensor([len(chunk)], dtype=torch.int32))
+            positions = torch.arange(start, start + CHUNK, dtype=torch.int32).view(1, CHUNK)  # attention reads them
+            logits = module(ids, positions, torch.tensor([len(chunk)], dtype=torch.int32))
     return logits.view(-1)
 
 

@@ -37,10 +37,17 @@ def _gated_deltanet_checkpoint(folder: Path) -> Path:
     return write_gdn_folder(folder / "gdn-fla", GDNDims(), seed=23)
 
 
+def _qwen3_5_checkpoint(folder: Path) -> Path:
+    from hybrid_files import Qwen35Dims, write_qwen35_vlm
+
+    return write_qwen35_vlm(folder / "qwen35-vlm", Qwen35Dims(), seed=24)  # the released packaging
+
+
 CHECKPOINT_WRITERS = {
     "rwkv7": _rwkv7_checkpoint,
     "mamba2": _mamba2_checkpoint,
     "gated_deltanet": _gated_deltanet_checkpoint,
+    "qwen3_5": _qwen3_5_checkpoint,
 }
 
 

@@ -342,3 +342,20 @@ def test_list_shows_sources(capsys, monkeypatch):
     assert "[Hub state-spaces/mamba2-130m]" in out
     assert "[Hub BlinkDL/x: y.pth; source not confirmed]" in out
     assert "gated-deltanet-1.3b" in out and "no download source" in out
+
+
+def test_a_tokenizer_json_comes_with_its_config_and_chat_template(hub, tmp_path):
+    """A released-style Qwen3.5 repo (VLM packaging, 2 shards, tokenizer.json): its
+    tokenizer_config.json and chat_template.jinja are fetched too (`ssmport chat` renders them),
+    nothing else is (generation_config.json, the card, other formats)."""
+    from hybrid_files import Qwen35Dims, write_qwen35_vlm
+
+    folder = write_qwen35_vlm(tmp_path / "q", Qwen35Dims(), seed=4)
+    (folder / "chat_template.jinja").write_text("{{ messages }}")
+    files = FakeHub.folder_files(folder)
+    hub.add_repo("Qwen/Qwen3.5-tiny-test", files | {"README.md": b"# card", "model.gguf": b"GGUF" * 99})
+    model = load_model("Qwen/Qwen3.5-tiny-test")
+    assert model.architecture.name == "qwen3_5"
+    fetched = sorted(f["name"] for f in model.provenance["hub"]["files"])
+    assert fetched == sorted(set(files) - {"generation_config.json"})
+    assert {"tokenizer.json", "tokenizer_config.json", "chat_template.jinja"} <= set(fetched)

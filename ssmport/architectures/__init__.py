@@ -83,11 +83,13 @@ def presets() -> dict[str, Preset]:
 def _register_builtins() -> None:
     from ssmport.models.gated_deltanet import GATED_DELTANET
     from ssmport.models.mamba2 import MAMBA2
+    from ssmport.models.qwen3_5 import QWEN3_5
     from ssmport.models.rwkv7 import RWKV7
 
     register_architecture(RWKV7)
     register_architecture(MAMBA2)
     register_architecture(GATED_DELTANET)
+    register_architecture(QWEN3_5)
 
 __all__ = [
     "Architecture",

@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.errors import CheckpointError
+from ssmport.errors import CheckpointError, SsmportError
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec
 
@@ -231,6 +231,12 @@ class Architecture(ABC):
         if isinstance(decode, CausalLM):
             return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=chunk)
         return None
+
+    def with_context(self, config: ArchConfig, context: int) -> ArchConfig:
+        """The config with its KV cache sized for `context` positions (`--context`). Only an
+        architecture with kv states has one; the default refuses."""
+        raise SsmportError(f"--context sizes a KV cache, and {self.name} has none (its state does not grow with the "
+                           "sequence)")  # fmt: skip
 
     @abstractmethod
     def reference(self, config: ArchConfig, weights: TensorSource) -> ReferenceModel:

@@ -57,7 +57,11 @@ def run(args) -> int:
     prefill = r["prefill_tokens_per_s"]
     print(f"  prefill        {f'{prefill:.1f} tokens/s' if prefill is not None else 'n/a (no prefill function)'}")
     print(f"  ops/call       {ops_line(r)}")
-    print(f"  state          {r['state_bytes'] / mb:.2f} MB (fixed: independent of context length)")
+    if r["context"] is None:
+        print(f"  state          {r['state_bytes'] / mb:.2f} MB (fixed: independent of context length)")
+    else:
+        print(f"  state          {r['fixed_state_bytes'] / mb:.2f} MB fixed + KV cache {r['kv_bytes_per_token']} B per token "
+              f"of context ({(r['state_bytes'] - r['fixed_state_bytes']) / mb:.2f} MB at {r['context']} positions)")  # fmt: skip
     print(f"  asset          {r['asset_bytes'] / mb:.1f} MB")
     print(f"  weights/token  {r['weight_bytes_per_token'] / mb:.1f} MB -> {r['effective_gb_per_s']:.2f} GB/s effective")
     if "read_bandwidth_gb_per_s" in r:

@@ -71,7 +71,7 @@ def run(args) -> int:
     tokenizer = bundle_tokenizer(bundle)
     if tokenizer is None:
         raise SsmportError(f"{bundle.path}: has no tokenizer, so it cannot chat in text")
-    template = chat_template(bundle.manifest)
+    template = chat_template(bundle, tokenizer)
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
     cache = SnapshotCache(args.max_snapshots, int(args.snapshot_mb * (1 << 20)))
     with Runner(bundle) as runner:

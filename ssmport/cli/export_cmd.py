@@ -40,6 +40,9 @@ def add_parser(sub) -> None:
     p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export gate (default 8)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK, metavar="T",
                    help=f"tokens per call of the bundle's chunked `prefill` function (default {DEFAULT_CHUNK})")
+    p.add_argument("--context", type=int, metavar="N",
+                   help="positions the KV cache holds, for models with attention layers (Qwen3.5; default "
+                        "4096): feeding past them is refused, and KV memory grows with N (`ssmport inspect`)")
     p.add_argument("--no-prefill", action="store_true",
                    help="export the decode function `main` only (prompts then run one token at a time)")
     p.add_argument("--layout", choices=["ssmport", "apple"], default="ssmport",
@@ -80,6 +83,7 @@ def run(args) -> int:
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
         layout=args.layout,
         apple_main=args.apple_main or "decode",
+        context=args.context,
     )
     m = result.manifest
     for note in m.notes:

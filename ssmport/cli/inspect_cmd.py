@@ -43,6 +43,10 @@ def run(args) -> int:
     print(f"recipe: {m.recipe.name} (state dtype {m.recipe.state_dtype}): {m.recipe.description}")
     print(f"function: {m.main.function}")
     _print_interface(m.main, m.states)
+    if m.context is not None:
+        per_token = m.kv_bytes_per_token
+        print(f"kv cache: {m.context} positions (fixed at export, --context): {human_bytes(per_token)} per token of "
+              f"context, {human_bytes(per_token * m.context)} in all; fixed states {human_bytes(m.fixed_state_bytes)}")  # fmt: skip
     if m.prefill:
         print(f"function: {m.prefill.function} (chunked prefill, {m.prefill.chunk} tokens per call; same states)")
         _print_interface(m.prefill, ())

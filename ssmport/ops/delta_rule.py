@@ -15,6 +15,8 @@ import torch
 from ssmport.ops.deferred import Outer, StateUpdate
 from ssmport.ops.segsum import chunk_decays
 
+QK_L2NORM_EPS = 1e-6  # q and k are normalised as x / sqrt(sum(x^2) + 1e-6) (fla's kernels, transformers' l2norm)
+
 
 def naive_step(s, q, k, v, beta, g):
     """One value head: s [dk, dv], q and k [dk], v [dv], beta and g scalars. Returns (s', o [dv])."""

@@ -18,14 +18,18 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ssmport.errors import SsmportError
-from ssmport.manifest import Manifest
 from ssmport.runtime.snapshot import StateSnapshot
 from ssmport.runtime.snapshot_cache import SnapshotCache, is_prefix
 from ssmport.sampling import sample_next
+
+if TYPE_CHECKING:
+    from ssmport.bundle import Bundle
 
 
 @dataclass(frozen=True)
@@ -49,14 +53,24 @@ RWKV_WORLD_CHAT = ChatTemplate(
     stop_strings=("\n\n",),
     eos_ids=(0,),
 )
-CHAT_TEMPLATES = {"rwkv-world": RWKV_WORLD_CHAT}  # by the bundle's tokenizer kind
+CHAT_TEMPLATES = {"rwkv-world": RWKV_WORLD_CHAT}  # fixed formats, by the bundle's tokenizer kind
 
 
-def chat_template(manifest: Manifest) -> ChatTemplate:
-    kind = manifest.tokenizer.kind if manifest.tokenizer else None
-    if kind not in CHAT_TEMPLATES:
-        raise SsmportError(f"{manifest.name}: no chat template for tokenizer kind {kind!r}")
-    return CHAT_TEMPLATES[kind]
+def chat_template(bundle: Bundle, tokenizer=None) -> ChatTemplate:
+    """The bundle's chat format: the fixed one of its tokenizer kind (RWKV World), else the
+    Jinja template its checkpoint shipped (tokenizer_config.json, copied into the bundle at
+    export; ssmport.tokenizers.chat_template), whose stop tokens need the bundle's `tokenizer`."""
+    m = bundle.manifest
+    kind = m.tokenizer.kind if m.tokenizer else None
+    if kind in CHAT_TEMPLATES:
+        return CHAT_TEMPLATES[kind]
+    if m.tokenizer is not None and m.tokenizer.chat_template is not None and tokenizer is not None:
+        from ssmport.tokenizers.chat_template import chat_turns
+
+        first, later, stops = chat_turns(bundle.path / Path(m.tokenizer.chat_template).parent, tokenizer)
+        return ChatTemplate(first_user=first, next_user=later, stop_strings=(), eos_ids=stops)
+    raise SsmportError(f"{m.name}: no chat template (tokenizer kind {kind!r}, and its checkpoint shipped no "
+                       "tokenizer_config.json chat_template)")  # fmt: skip
 
 
 @dataclass

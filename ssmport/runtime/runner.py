@@ -29,7 +29,7 @@ from ssmport.runtime.lowering import ensure_lowered
 from ssmport.runtime.snapshot import StateSnapshot
 from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.sampling import sample_next
-from ssmport.state import KV
+from ssmport.state import KV, check_room
 
 
 # Runners still open at exit are closed (and the runtime settled, see ssmport.coreai_loop)
@@ -162,13 +162,7 @@ class Runner:
         self.tokens = list(snap.tokens)
 
     def _check_room(self, n: int) -> None:
-        """A bundle with kv states holds `context` positions: refuse to feed past them (never a
-        silent wrap)."""
-        if self.context is not None and len(self.tokens) + n > self.context:
-            raise SsmportError(
-                f"the context is full: {len(self.tokens)} tokens held + {n} new > {self.context} positions "
-                "(export with a larger --context, or start over)"
-            )
+        check_room(len(self.tokens), n, self.context)
 
     def _check_ids(self, tokens: list[int]) -> None:
         bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]

@@ -21,7 +21,7 @@ from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig
 from ssmport.ops import delta_rule
 from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
 
-L2NORM_EPS = 1e-6  # fla's in-kernel q/k normalisation: x / sqrt(sum(x^2) + 1e-6)
+L2NORM_EPS = delta_rule.QK_L2NORM_EPS  # fla's in-kernel q/k normalisation: x / sqrt(sum(x^2) + 1e-6)
 
 
 class GatedDeltaNetReference:

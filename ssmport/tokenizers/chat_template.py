@@ -1,0 +1,125 @@
+"""A checkpoint's chat template (Hugging Face's Jinja templates in `tokenizer_config.json` or
+`chat_template.jinja`: Qwen, LFM2, Granite ...), cut into the turn pieces that
+`ssmport.runtime.chat.ChatSession` appends.
+
+ChatSession keeps the conversation as the tokens it fed: the first prompt, each reply as
+generated, then the next user turn. So the template is rendered once, on placeholder
+messages, and cut into those pieces:
+
+    render([user U1], generation prompt)                      -> first turn: "...U1...<gen prompt>"
+    render([user U1, assistant R, user U2], generation prompt) -> after R: "<turn end>...U2...<gen prompt>"
+
+The reply ends at the template's turn-end token (the special token that follows R, e.g.
+<|im_end|>) or at the tokenizer's eos_token; neither is fed, and the next turn's text starts
+with the turn end, as the template writes it. A template that rewrites earlier turns (Qwen3's
+drops past <think> blocks) is followed for the new turn only: the state keeps what was said.
+
+Rendering follows transformers' settings: a sandboxed Jinja environment with trim_blocks and
+lstrip_blocks, the loopcontrols extension, `tojson`, `raise_exception` and `strftime_now`.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from ssmport.errors import SsmportError
+
+CONFIG_FILE = "tokenizer_config.json"
+TEMPLATE_FILE = "chat_template.jinja"  # where newer checkpoints keep the template instead
+_USER_1, _REPLY, _USER_2 = "ssmportUserTurnOne", "ssmportAssistantReply", "ssmportUserTurnTwo"
+_SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
+
+
+def token_text(value: Any) -> str | None:
+    """A special token as tokenizer_config.json spells it: a string or an AddedToken object."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def read_template(folder: Path) -> tuple[str, dict, Path] | None:
+    """(template source, tokenizer_config, file it came from) from a folder holding a
+    tokenizer_config.json and/or a chat_template.jinja, or None when neither has a template."""
+    config_path, template_path = folder / CONFIG_FILE, folder / TEMPLATE_FILE
+    config = _read_config(config_path) if config_path.is_file() else {}
+    template = config.get("chat_template")
+    if isinstance(template, list):  # named templates: [{"name": "default", "template": ...}, ...]
+        template = next((t.get("template") for t in template if isinstance(t, dict) and t.get("name") == "default"), None)
+    if isinstance(template, str):
+        return template, config, config_path
+    if template_path.is_file():
+        try:
+            return template_path.read_text(encoding="utf-8"), config, template_path
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SsmportError(f"{template_path}: unreadable chat template ({exc})") from None
+    return None
+
+
+def _read_config(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise SsmportError(f"{path}: not a readable tokenizer_config.json ({exc})") from None
+    if not isinstance(data, dict):
+        raise SsmportError(f"{path}: tokenizer_config.json is not a JSON object")
+    return data
+
+
+def render(source: str, messages: list[dict], config: dict, where: str) -> str:
+    """The template rendered as transformers renders it, with add_generation_prompt."""
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
+    specials = {k: token_text(config.get(k)) for k in _SPECIAL_KEYS if token_text(config.get(k)) is not None}
+    try:
+        return env.from_string(source).render(messages=messages, add_generation_prompt=True, **specials)
+    except jinja2.TemplateError as exc:
+        raise SsmportError(f"{where}: the chat template does not render ({type(exc).__name__}: {exc})") from None
+
+
+def turn_pieces(source: str, config: dict, where: str) -> tuple[str, str]:
+    """(first user turn, later user turn), "{message}" standing for the user's text; the later
+    one begins right after the previous reply (with its turn end)."""
+    first = render(source, [{"role": "user", "content": _USER_1}], config, where)
+    two = render(source, [{"role": "user", "content": _USER_1}, {"role": "assistant", "content": _REPLY},
+                          {"role": "user", "content": _USER_2}], config, where)  # fmt: skip
+    if first.count(_USER_1) != 1 or [two.count(s) for s in (_USER_1, _REPLY, _USER_2)] != [1, 1, 1] or not (
+        two.index(_USER_1) < two.index(_REPLY) < two.index(_USER_2)
+    ):
+        raise SsmportError(f"{where}: the chat template does not write each message once, in order; "
+                           "ssmport cannot tell its turns apart")  # fmt: skip
+    return first.replace(_USER_1, "{message}"), two[two.index(_REPLY) + len(_REPLY) :].replace(_USER_2, "{message}")
+
+
+def chat_turns(folder: Path, tokenizer) -> tuple[str, str, tuple[int, ...]]:
+    """(first user turn, later user turn, stop ids) of the template in a tokenizer folder (a
+    bundle's tokenizer/, a checkpoint folder). The stop ids are the template's turn-end token,
+    the tokenizer_config's eos_token and the tokenizer's own end-of-text."""
+    found = read_template(folder)
+    if found is None:
+        raise SsmportError(f"{folder}: no chat template ({CONFIG_FILE} has no 'chat_template', no {TEMPLATE_FILE})")
+    source, config, path = found
+    first, later = turn_pieces(source, config, str(path))
+    head = tokenizer.encode(later.split("{message}")[0])
+    if not head or tokenizer.token_bytes(head[0]) is not None:
+        raise SsmportError(f"{path}: the chat template does not end a reply with a special token, so ssmport "
+                           "cannot tell where a reply ends")  # fmt: skip
+    stops = {head[0], *tokenizer.eos_ids}
+    eos = token_text(config.get("eos_token"))
+    if eos is not None:
+        ids = tokenizer.encode(eos)
+        if len(ids) == 1 and tokenizer.token_bytes(ids[0]) is None:
+            stops.add(ids[0])
+    return first, later, tuple(sorted(stops))
