@@ -1,0 +1,154 @@
+"""What the hybrid families (LFM2, Granite-4.0-H, Nemotron-H) share beyond their layers: the
+four stacked states in Apple's names and layouts, the context a KV cache is sized for, the
+layer-kind spellings of config.json, the Mamba-2 mixer on the hybrids' states, and the plain
+attention step their references use.
+
+States, one stack per kind, rows in layer order among the layers that use it (Apple's
+`cache_layer_idx`; docs/hybrids.md, "The stacked states"):
+
+    keyCache, valueCache  [L_attn, 1, kv_heads, context, head_dim]   kind "kv"
+    convStates            [L_conv, 1, K, conv_dim]   the last K conv inputs, time-major, oldest first
+    recurrentStates       [L_rec, 1, H, P, N]        Mamba-2's SSM state, transformers' layout
+
+A kind no layer uses is not declared (an all-Mamba Granite has no KV states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.errors import CheckpointError
+from ssmport.graph import Step
+from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionSpec, norm_gain
+from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
+from ssmport.models.mamba2.block import Mamba2Mixer
+from ssmport.models.mamba2.config import MixerSpec, dt_limit
+from ssmport.ops import attention
+from ssmport.ops.norms import rms_norm_naive
+from ssmport.quant.plan import WeightBuilder
+from ssmport.state import KV, StateSpec
+
+CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"
+# The positions a KV cache holds unless the export asks for another number (the exporter's
+# `context`), bounded by what the model was trained for (`max_position_embeddings`).
+DEFAULT_CONTEXT = 4096
+MAX_CONTEXT = 1 << 20
+
+# Layer kinds in transformers' names; config.json spells some the legacy way
+# (transformers' `_LEGACY_LAYER_TYPE_REMAP`: released Granite-4.0-H files say "mamba"/"attention").
+ATTENTION, MAMBA = "full_attention", "linear_attention"
+LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
+
+
+def context_from(r: ConfigReader) -> int:
+    """DEFAULT_CONTEXT, or fewer positions when the model was trained on fewer."""
+    return min(DEFAULT_CONTEXT, r.int("max_position_embeddings", DEFAULT_CONTEXT, hi=MAX_CONTEXT))
+
+
+def layer_kinds(values: Any, allowed: Sequence[str], r: ConfigReader, key: str) -> tuple[str, ...]:
+    """A config.json list of layer kinds, legacy spellings mapped; any other kind refused."""
+    if not isinstance(values, (list, tuple)) or not values or not all(isinstance(v, str) for v in values):
+        raise CheckpointError(f"{r.origin}: config.json {key}={values!r} is not a list of layer kinds")
+    kinds = tuple(LEGACY_LAYER_TYPES.get(v, v) for v in values)
+    unknown = sorted({k for k in kinds if k not in allowed})
+    if unknown:
+        raise r.unsupported(f"layer kind(s) {', '.join(map(repr, unknown))} in {key} (supported: {', '.join(allowed)})")
+    return kinds
+
+
+def rope_theta(r: ConfigReader, default: float) -> float:
+    """RoPE's base from `rope_parameters` (transformers 5) or the legacy top-level `rope_theta`;
+    a `rope_type` other than "default" (rescaled frequencies) is refused."""
+    params = r.raw("rope_parameters", None)
+    legacy = r.raw("rope_scaling", None)
+    for given in (params, legacy):
+        if given is not None and not isinstance(given, Mapping):
+            raise CheckpointError(f"{r.origin}: config.json rope_parameters / rope_scaling {given!r} is not an object")
+        kind = (given or {}).get("rope_type", (given or {}).get("type", "default"))
+        if kind != "default":
+            raise r.unsupported(f"rope_type {kind!r} (only the default RoPE)")
+    if params and "rope_theta" in params:
+        return ConfigReader(params, r.origin, r.family).float("rope_theta", positive=True)
+    return r.float("rope_theta", default, positive=True)
+
+
+def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
+                 conv_suffix: str, what: str) -> MappedSource:  # fmt: skip
+    """The canonical-name view of a checkpoint, after one strict check of every name and shape.
+    `renamed`: canonical -> checkpoint name where they differ (a tied head: the embedding);
+    depthwise convs (names ending in `conv_suffix`) are read [C, 1, K] and squeezed to [C, K]."""
+    names = {n: (renamed.get(n, n), conv_f32 if n.endswith(conv_suffix) else as_f32) for n in canonical}
+    native_shapes = native_conv_shapes(canonical, conv_suffix)
+    check_strict(source, {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()}, what=what)
+    return MappedSource(source, names, canonical)
+
+
+def refuse_dt_clamp(r: ConfigReader, key: str, why: str) -> None:
+    """Refuse a dt clamp other than [0, inf) (`key` absent or null counts as none)."""
+    lo, hi = dt_limit(r, key)
+    if lo > 0 or hi is not None:
+        raise r.unsupported(f"{key}=[{lo:g}, {hi if hi is not None else 'inf'}] ({why})")
+
+
+def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
+    shape, layout = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
+    return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
+
+
+def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, what: str) -> StateSpec:
+    return StateSpec(CONV_STATES, (layers, 1, kernel, channels), dtype,
+                     f"[conv layer, batch, time: the last K conv inputs, oldest first, channel ({what})]")  # fmt: skip
+
+
+def recurrent_spec(layers: int, mixer: MixerSpec, dtype: torch.dtype) -> StateSpec:
+    return StateSpec(RECURRENT_STATES, (layers, 1, mixer.num_heads, mixer.head_dim, mixer.state_size), dtype,
+                     "[mamba layer, batch, head, head_dim, state]")  # fmt: skip
+
+
+class Mamba2StateMixer(nn.Module):
+    """The Mamba-2 mixer (ssmport.models.mamba2.block.Mamba2Mixer) over the hybrids' states:
+    convStates [K, conv_dim] is already the time-major window it takes; recurrentStates [H, P, N]."""
+
+    states = (CONV_STATES, RECURRENT_STATES)
+
+    def __init__(self, spec: MixerSpec, prefix: str, src: TensorSource, b: WeightBuilder, role: Callable[[str], str]):
+        super().__init__()
+        self.mixer = Mamba2Mixer(spec, prefix, src, b, role)
+
+    def forward(self, h: torch.Tensor, slices: dict, step: Step):
+        out, conv, S = self.mixer(h, slices[CONV_STATES].float(), slices[RECURRENT_STATES].float(), step)
+        return out, {CONV_STATES: conv, RECURRENT_STATES: S}
+
+
+# --------------------------------------------------------------------------- references
+
+
+def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.Tensor, keys: list, values: list,
+                   position: int) -> torch.Tensor:  # fmt: skip
+    """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
+    ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
+    `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
+    which this token's are appended. Returns o_proj's output [C]."""
+    s = spec
+    bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
+    q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
+    k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
+    v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
+    if s.qk_norm:
+        q = rms_norm_naive(q, norm_gain(w["q_norm"], s.qk_norm), s.norm_eps)
+        k = rms_norm_naive(k, norm_gain(w["k_norm"], s.qk_norm), s.norm_eps)
+    if s.rotary_dim:
+        pos = torch.tensor([position])
+        q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta)[0]
+        k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta)[0]
+    past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
+    past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
+    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale)
+    keys.append(k)
+    values.append(v)
+    return w["o"] @ o.reshape(-1) + bias("o_bias")
