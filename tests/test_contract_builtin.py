@@ -37,10 +37,22 @@ def _gated_deltanet_checkpoint(folder: Path) -> Path:
     return write_gdn_folder(folder / "gdn-fla", GDNDims(), seed=23)
 
 
+def _hybrid_checkpoint(name: str):
+    def write(folder: Path) -> Path:
+        from hybrid_checks import FAMILIES
+
+        return FAMILIES[name].write(folder / name)
+
+    return write
+
+
 CHECKPOINT_WRITERS = {
     "rwkv7": _rwkv7_checkpoint,
     "mamba2": _mamba2_checkpoint,
     "gated_deltanet": _gated_deltanet_checkpoint,
+    "lfm2": _hybrid_checkpoint("lfm2"),
+    "granitemoehybrid": _hybrid_checkpoint("granite-h"),
+    "nemotron_h": _hybrid_checkpoint("nemotron-h"),
 }
 
 

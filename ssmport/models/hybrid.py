@@ -16,6 +16,7 @@ A kind no layer uses is not declared (an all-Mamba Granite has no KV states).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionSpec, norm_ga
 from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
 from ssmport.models.mamba2.block import Mamba2Mixer
 from ssmport.models.mamba2.config import MixerSpec, dt_limit
+from ssmport.models.package import PackagedArchitecture
 from ssmport.ops import attention
 from ssmport.ops.norms import rms_norm_naive
 from ssmport.quant.plan import WeightBuilder
@@ -39,10 +41,71 @@ CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"
 DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 20
 
-# Layer kinds in transformers' names; config.json spells some the legacy way
-# (transformers' `_LEGACY_LAYER_TYPE_REMAP`: released Granite-4.0-H files say "mamba"/"attention").
-ATTENTION, MAMBA = "full_attention", "linear_attention"
+# Layer kinds in transformers' names (LFM2's short conv: "conv"); config.json spells some the
+# legacy way (transformers' `_LEGACY_LAYER_TYPE_REMAP`: released Granite-4.0-H files say
+# "mamba"/"attention").
+ATTENTION, MAMBA, CONV = "full_attention", "linear_attention", "conv"
 LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
+
+
+class HybridConfig:
+    """What the hybrid configs share, mixed into their frozen dataclasses: a kind per layer
+    (`layer_types`) and GQA attention heads."""
+
+    layer_types: tuple[str, ...]
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_types)
+
+    def layers_of(self, kind: str) -> int:
+        return self.layer_types.count(kind)
+
+    @property
+    def attention_layers(self) -> int:
+        return self.layers_of(ATTENTION)
+
+    @property
+    def mamba_layers(self) -> int:
+        return self.layers_of(MAMBA)
+
+    def check_layers(self, family: str, kinds: Sequence[str]) -> None:
+        """Known kinds only, at least one layer with a state, whole kv groups."""
+        unknown = sorted({k for k in self.layer_types if k not in kinds})
+        if unknown:
+            raise CheckpointError(f"{family}: unknown layer kind(s) {unknown}")
+        if not any(k in (ATTENTION, MAMBA, CONV) for k in self.layer_types):
+            raise CheckpointError(f"{family}: no layer carries a state (kinds {sorted(set(self.layer_types))})")
+        if self.num_heads % self.num_kv_heads:
+            raise CheckpointError(f"{family}: {self.num_heads} heads do not divide into {self.num_kv_heads} kv heads")
+
+
+def state_specs(c, dtype: torch.dtype) -> list[StateSpec]:
+    """The states of a HybridConfig `c`, in Apple's order: the KV pair of its attention
+    layers (`num_kv_heads`, `context`, `head_dim`), then the conv windows of its LFM2 conv
+    layers (`conv_kernel` x `hidden_size`) or of its Mamba-2 layers with their SSM states (`mixer`)."""
+    specs = kv_specs(c.attention_layers, c.num_kv_heads, c.context, c.head_dim, dtype) if c.attention_layers else []
+    if c.layers_of(CONV):
+        specs.append(conv_spec(c.layers_of(CONV), c.conv_kernel, c.hidden_size, dtype, "B*x"))
+    if c.mamba_layers:
+        specs += [conv_spec(c.mamba_layers, c.conv_kernel, c.mixer.conv_dim, dtype, "x | B | C"),
+                  recurrent_spec(c.mamba_layers, c.mixer, dtype)]  # fmt: skip
+    return specs
+
+
+@dataclass
+class HybridArchitecture(PackagedArchitecture):
+    """A hybrid family's Architecture: its package's parts, its folder loader, `state_specs`."""
+
+    loader: Callable[[Mapping[str, Any], TensorSource], tuple[Any, TensorSource]] | None = None
+
+    def load_hf(self, config_json: Mapping[str, Any], source: TensorSource):
+        return self.loader(config_json, source)
+
+    def state_specs(self, config, state_dtype: torch.dtype) -> list[StateSpec]:
+        return state_specs(config, state_dtype)
 
 
 def context_from(r: ConfigReader) -> int:

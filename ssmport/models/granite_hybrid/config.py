@@ -8,7 +8,8 @@ from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
-from ssmport.models.hybrid import ATTENTION, DEFAULT_CONTEXT, MAMBA, context_from, layer_kinds, refuse_dt_clamp, rope_theta
+from ssmport.models.hybrid import (ATTENTION, DEFAULT_CONTEXT, MAMBA, HybridConfig, context_from, layer_kinds,
+                                   refuse_dt_clamp, rope_theta)
 from ssmport.models.layers import AttentionSpec
 from ssmport.models.loading import ConfigReader
 from ssmport.models.mamba2.config import MixerSpec
@@ -18,7 +19,7 @@ POSITION_KINDS = ("nope", "rope")  # transformers: RoPE only for "rope"; "nope" 
 
 
 @dataclass(frozen=True)
-class GraniteHybridConfig:
+class GraniteHybridConfig(HybridConfig):
     vocab_size: int
     hidden_size: int  # H
     layer_types: tuple[str, ...]  # per layer: "linear_attention" (Mamba-2) | "full_attention"
@@ -49,18 +50,6 @@ class GraniteHybridConfig:
         object.__setattr__(self, "layer_types", tuple(self.layer_types))  # a JSON list reads back equal
 
     @property
-    def num_layers(self) -> int:
-        return len(self.layer_types)
-
-    @property
-    def attention_layers(self) -> int:
-        return self.layer_types.count(ATTENTION)
-
-    @property
-    def mamba_layers(self) -> int:
-        return self.layer_types.count(MAMBA)
-
-    @property
     def mixer(self) -> MixerSpec:
         return MixerSpec(self.mamba_heads, self.mamba_head_dim, self.state_size, self.n_groups, self.conv_kernel,
                          self.conv_bias, self.proj_bias, self.norm_eps)  # fmt: skip
@@ -75,13 +64,9 @@ class GraniteHybridConfig:
         return asdict(self)
 
     def validate(self) -> None:
-        bad = sorted({k for k in self.layer_types if k not in LAYER_KINDS})
-        if bad:
-            raise CheckpointError(f"Granite-4.0-H: unknown layer kind(s) {bad}")
+        self.check_layers("Granite-4.0-H", LAYER_KINDS)
         if self.position_embedding not in POSITION_KINDS:
             raise CheckpointError(f"Granite-4.0-H: position_embedding {self.position_embedding!r} is not one of {POSITION_KINDS}")
-        if self.num_heads % self.num_kv_heads:
-            raise CheckpointError(f"Granite-4.0-H: {self.num_heads} heads do not divide into {self.num_kv_heads} kv heads")
         self.mixer.validate("Granite-4.0-H")
 
     def describe(self) -> str:

@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.lfm2.config import CONV, Lfm2Config, from_transformers
+from ssmport.models.hybrid import CONV
+from ssmport.models.lfm2.config import Lfm2Config, from_transformers
 from ssmport.models.hybrid import checked_view
 from ssmport.models.loading import check_layer_count, head_name
 

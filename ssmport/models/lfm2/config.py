@@ -8,16 +8,15 @@ from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
-from ssmport.models.hybrid import ATTENTION, DEFAULT_CONTEXT, context_from, layer_kinds, rope_theta
+from ssmport.models.hybrid import ATTENTION, CONV, DEFAULT_CONTEXT, HybridConfig, context_from, layer_kinds, rope_theta
 from ssmport.models.layers import AttentionSpec
 from ssmport.models.loading import ConfigReader
 
-CONV = "conv"
 LAYER_KINDS = (CONV, ATTENTION)
 
 
 @dataclass(frozen=True)
-class Lfm2Config:
+class Lfm2Config(HybridConfig):
     vocab_size: int
     hidden_size: int  # H
     layer_types: tuple[str, ...]  # per layer: "conv" (gated short conv) | "full_attention"
@@ -35,16 +34,8 @@ class Lfm2Config:
         object.__setattr__(self, "layer_types", tuple(self.layer_types))  # a JSON list reads back equal
 
     @property
-    def num_layers(self) -> int:
-        return len(self.layer_types)
-
-    @property
-    def attention_layers(self) -> int:
-        return self.layer_types.count(ATTENTION)
-
-    @property
     def conv_layers(self) -> int:
-        return self.layer_types.count(CONV)
+        return self.layers_of(CONV)
 
     @property
     def attention(self) -> AttentionSpec:
@@ -56,11 +47,7 @@ class Lfm2Config:
         return asdict(self)
 
     def validate(self) -> None:
-        bad = sorted({k for k in self.layer_types if k not in LAYER_KINDS})
-        if bad:
-            raise CheckpointError(f"LFM2: unknown layer kind(s) {bad}")
-        if self.num_heads % self.num_kv_heads:
-            raise CheckpointError(f"LFM2: {self.num_heads} heads do not divide into {self.num_kv_heads} kv heads")
+        self.check_layers("LFM2", LAYER_KINDS)
         if self.head_dim % 2:
             raise CheckpointError(f"LFM2: head_dim {self.head_dim} is odd (RoPE rotates pairs)")
         if self.conv_kernel < 2:

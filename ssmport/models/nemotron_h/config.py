@@ -18,7 +18,7 @@ from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
-from ssmport.models.hybrid import ATTENTION, DEFAULT_CONTEXT, MAMBA, context_from, layer_kinds, refuse_dt_clamp
+from ssmport.models.hybrid import ATTENTION, DEFAULT_CONTEXT, MAMBA, HybridConfig, context_from, layer_kinds, refuse_dt_clamp
 from ssmport.models.layers import AttentionSpec
 from ssmport.models.loading import ConfigReader
 from ssmport.models.mamba2.config import MixerSpec
@@ -29,7 +29,7 @@ KIND_CHARS = {kind: char for char, kind in PATTERN_KINDS.items()}
 
 
 @dataclass(frozen=True)
-class NemotronHConfig:
+class NemotronHConfig(HybridConfig):
     vocab_size: int
     hidden_size: int  # H
     pattern: str  # hybrid_override_pattern: M Mamba-2, * attention, - MLP; the layers in order
@@ -48,19 +48,7 @@ class NemotronHConfig:
 
     @property
     def layer_types(self) -> tuple[str, ...]:
-        return tuple(PATTERN_KINDS[c] for c in self.pattern)
-
-    @property
-    def num_layers(self) -> int:
-        return len(self.pattern)
-
-    @property
-    def attention_layers(self) -> int:
-        return self.pattern.count("*")
-
-    @property
-    def mamba_layers(self) -> int:
-        return self.pattern.count("M")
+        return tuple(PATTERN_KINDS.get(c, c) for c in self.pattern)
 
     @property
     def mixer(self) -> MixerSpec:
@@ -76,13 +64,7 @@ class NemotronHConfig:
         return asdict(self)
 
     def validate(self) -> None:
-        bad = sorted(set(self.pattern) - set(PATTERN_KINDS))
-        if bad:
-            raise CheckpointError(f"Nemotron-H: unknown layer kind(s) {bad} in the pattern {self.pattern!r}")
-        if not (self.mamba_layers or self.attention_layers):
-            raise CheckpointError(f"Nemotron-H: the pattern {self.pattern!r} has no Mamba-2 or attention layer (no state)")
-        if self.num_heads % self.num_kv_heads:
-            raise CheckpointError(f"Nemotron-H: {self.num_heads} heads do not divide into {self.num_kv_heads} kv heads")
+        self.check_layers(f"Nemotron-H pattern {self.pattern!r}", tuple(PATTERN_KINDS.values()))
         self.mixer.validate("Nemotron-H")
 
     def describe(self) -> str:

@@ -1,0 +1,100 @@
+"""Granite-4.0-H features against transformers' `GraniteMoeHybridForCausalLM` (ssmport's fp32
+module in torch; the Core AI bundle is tests/test_hybrid_models.py's): each of the four
+multipliers, "nope" vs "rope", the layer pattern, an all-Mamba stack, the presets' sizes and
+the one-line refusals (routed experts first)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+import torch
+from hybrid_checks import TOKENS, assert_close_to, differs, eager_logits, rewrite
+
+import hybrid_files as hf
+from ssmport.architectures import LoadedModel, get_architecture, presets
+from ssmport.errors import CheckpointError
+from ssmport.sources import load_checkpoint
+
+MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    return hf.write_granite_h(tmp_path_factory.mktemp("granite") / "granite-h", hf.GraniteDims(), seed=4)
+
+
+@pytest.fixture(scope="module")
+def theirs(folder):
+    return hf.reference_run(folder, TOKENS).step_logits.numpy()
+
+
+@pytest.fixture(scope="module")
+def model(folder):
+    return load_checkpoint(folder)
+
+
+def with_config(model: LoadedModel, **changes) -> LoadedModel:
+    return replace(model, config=replace(model.config, **changes))
+
+
+@pytest.mark.parametrize("multiplier", MULTIPLIERS)
+def test_each_multiplier_is_read_and_applied(model, theirs, tmp_path, multiplier):
+    """The fixture's value is read (not a default) and matters: with it reset to 1 ssmport is
+    far from transformers; a folder written with it at 1 is matched again."""
+    d = hf.GraniteDims()
+    assert getattr(model.config, multiplier) == d.multipliers[multiplier] != 1.0
+    assert_close_to(eager_logits(model, TOKENS), theirs)
+    assert differs(eager_logits(with_config(model, **{multiplier: 1.0}), TOKENS), theirs)
+    ones = hf.write_granite_h(tmp_path / "ones", replace(d, multipliers=d.multipliers | {multiplier: 1.0}), seed=4)
+    assert_close_to(eager_logits(load_checkpoint(ones), TOKENS), hf.reference_run(ones, TOKENS).step_logits)
+
+
+def test_nope_means_no_positions_and_rope_means_rope(model, theirs, tmp_path):
+    assert model.config.position_embedding == "nope" and model.config.attention.rotary_dim == 0
+    assert differs(eager_logits(with_config(model, position_embedding="rope"), TOKENS), theirs)
+    rope = hf.write_granite_h(tmp_path / "rope", replace(hf.GraniteDims(), position_embedding_type="rope"), seed=4)
+    loaded = load_checkpoint(rope)
+    assert loaded.config.attention.rotary_dim == loaded.config.head_dim
+    assert_close_to(eager_logits(loaded, TOKENS), hf.reference_run(rope, TOKENS).step_logits)
+
+
+def test_the_layer_pattern_is_followed(folder, theirs, tmp_path):
+    moved = hf.write_permuted(folder, tmp_path / "moved", [1, 0, 2, 3, 4])
+    model = load_checkpoint(moved)
+    assert model.config.layer_types[:2] == ("full_attention", "linear_attention")
+    ours = eager_logits(model, TOKENS)
+    assert_close_to(ours, hf.reference_run(moved, TOKENS).step_logits)
+    assert differs(ours, theirs)
+
+
+def test_an_all_mamba_stack_declares_no_kv_states(tmp_path):
+    folder = hf.write_granite_h(tmp_path / "mamba", replace(hf.GraniteDims(), layer_types=("mamba",) * 3), seed=7)
+    model = load_checkpoint(folder)
+    specs = model.architecture.state_specs(model.config, torch.float32)
+    assert [s.name for s in specs] == ["convStates", "recurrentStates"]
+    # transformers' cache cannot step a stack without attention (get_seq_length refuses): its full forward
+    assert_close_to(eager_logits(model, TOKENS), hf.full_logits(folder, TOKENS))
+
+
+@pytest.mark.parametrize("name, params", [("granite-4.0-h-350m", 340_332_224), ("granite-4.0-h-1b", 1_461_538_368)])
+def test_presets_have_the_released_sizes(name, params):
+    arch = get_architecture("granitemoehybrid")
+    shapes = arch.canonical_shapes(arch.config_from_json(dict(presets()[name].config)))
+    assert sum(math.prod(s) for n, s in shapes.items() if n != "lm_head.weight") == params  # tied
+
+
+@pytest.mark.parametrize("edit, says", [
+    (lambda c: c.update(num_local_experts=8, num_experts_per_tok=2), "routed experts (num_local_experts=8"),
+    (lambda c: c.update(time_step_limit=[0.001, 0.1]), "time_step_limit=[0.001, 0.1]"),
+    (lambda c: c.update(hidden_act="gelu"), "hidden_act='gelu'"),
+    (lambda c: c.update(position_embedding_type="alibi"), "position_embedding_type='alibi'"),
+    (lambda c: c.update(layer_types=["mamba", "attention", "mamba", "mamba2", "attention"]), "'mamba2'"),
+    (lambda c: c.update(mamba_d_head=8), "mamba_n_heads*mamba_d_head (6*8) != mamba_expand*hidden_size (96)"),
+])  # fmt: skip
+def test_unsupported_configs_are_refused_in_one_line(folder, tmp_path, edit, says):
+    bad = rewrite(folder, tmp_path / "bad", config_edit=edit)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(bad)
+    assert says in str(info.value) and "\n" not in str(info.value)
