@@ -29,6 +29,7 @@ import dataclasses
 import gc
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -108,15 +109,14 @@ def transformers_model(model: LoadedModel):
         rename = {n: "model." + n for n in model.weights if n != "lm_head.weight"}
     else:
         raise SystemExit(f"no transformers peer for {arch}")
-    with torch.device("meta"):
-        hf = getattr(transformers, cls)(config)
-    wanted = dict(hf.state_dict())
-    state = {}
-    for name in model.weights:
-        theirs = rename.get(name, name)
-        t = model.weights[name]
-        state[theirs] = t.reshape(wanted[theirs].shape) if theirs in wanted else t  # conv: [C, K] -> [C, 1, K]
-    hf.load_state_dict(state, strict=True, assign=True)
+    hf = getattr(transformers, cls)(config)  # (on the CPU: its rotary tables are computed at init)
+    own = hf.state_dict(keep_vars=True)
+    names = {rename.get(n, n): n for n in model.weights}
+    if set(names) != set(own):
+        raise SystemExit(f"transformers peer: names differ: {sorted(set(names) ^ set(own))[:6]}")
+    with torch.no_grad():
+        for theirs, ours in names.items():  # one tensor at a time: no second copy of the model
+            own[theirs].copy_(model.weights[ours].reshape(own[theirs].shape))  # conv: [C, K] -> [C, 1, K]
     return hf.eval(), f"transformers=={version('transformers')} {cls} torch path, cpu fp32, use_cache"
 
 
@@ -226,9 +226,11 @@ def main() -> None:
         return
     if not a.model:
         p.error("give at least one --model")
-    results = {"machine": suite.machine(), "steps": a.steps, "warmup": a.warmup, "models": []}
+    results = {"command": " ".join(sys.argv), "machine": suite.machine(), "steps": a.steps, "warmup": a.warmup,
+               "models": []}  # fmt: skip
     for spec in a.model:
         with tempfile.TemporaryDirectory(prefix="hybrid-speed-", dir=a.work) as tmp:
+            os.environ["SSMPORT_CACHE"] = str(Path(tmp) / "cache")  # the lowered copy goes with the bundle
             results["models"].append(run(spec, Path(tmp), a.steps, a.warmup, a.chunk, a.prompts, a.repeats))
     text = json.dumps(results, indent=2)
     if a.out:

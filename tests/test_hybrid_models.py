@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from hybrid_checks import CORE_AI_ATOL, FAMILIES, TOKENS, chat_template, rewrite, tensors_of
+from hybrid_checks import CORE_AI_ATOL, FAMILIES, TOKENS, assert_close_to, chat_template, rewrite, tensors_of
 from ir_checks import writes_per_state
 from prefill_checks import CHUNK, LENGTHS, assert_coreai_prefill_equals_m1_loop
 
@@ -64,6 +64,17 @@ def test_fp32_bundle_matches_transformers(bundle, reference, family):
     assert np.abs(ours - theirs).max() <= CORE_AI_ATOL
     assert np.abs(ours - theirs).max() <= 1e-4 * np.abs(theirs).max()
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def test_the_reference_loop_matches_transformers(folder, reference):
+    """ssmport's plain reference (the spec the export form is held to by the contract)
+    against an independent implementation."""
+    model = load_checkpoint(folder)
+    ref = model.architecture.reference(model.config, model.weights)
+    state = ref.zero_state()
+    with torch.no_grad():
+        ours = np.stack([ref.step(t, state).numpy() for t in TOKENS])
+    assert_close_to(ours, reference.step_logits)
 
 
 @pytest.mark.parametrize("prefill", [False, True])

@@ -25,7 +25,7 @@ from torch import nn
 from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.graph import Step
-from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionSpec, norm_gain
+from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionSpec
 from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
 from ssmport.models.mamba2.block import Mamba2Mixer
 from ssmport.models.mamba2.config import MixerSpec, dt_limit
@@ -88,9 +88,9 @@ def state_specs(c, dtype: torch.dtype) -> list[StateSpec]:
     layers (`conv_kernel` x `hidden_size`) or of its Mamba-2 layers with their SSM states (`mixer`)."""
     specs = kv_specs(c.attention_layers, c.num_kv_heads, c.context, c.head_dim, dtype) if c.attention_layers else []
     if c.layers_of(CONV):
-        specs.append(conv_spec(c.layers_of(CONV), c.conv_kernel, c.hidden_size, dtype, "B*x"))
+        specs.append(conv_spec(c.layers_of(CONV), c.conv_kernel, c.hidden_size, dtype, "conv", "B*x"))
     if c.mamba_layers:
-        specs += [conv_spec(c.mamba_layers, c.conv_kernel, c.mixer.conv_dim, dtype, "x | B | C"),
+        specs += [conv_spec(c.mamba_layers, c.conv_kernel, c.mixer.conv_dim, dtype, "mamba", "x | B | C"),
                   recurrent_spec(c.mamba_layers, c.mixer, dtype)]  # fmt: skip
     return specs
 
@@ -163,9 +163,9 @@ def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: tor
     return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
 
 
-def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, what: str) -> StateSpec:
+def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, kind: str, what: str) -> StateSpec:
     return StateSpec(CONV_STATES, (layers, 1, kernel, channels), dtype,
-                     f"[conv layer, batch, time: the last K conv inputs, oldest first, channel ({what})]")  # fmt: skip
+                     f"[{kind} layer, batch, time: the last K conv inputs, oldest first, channel ({what})]")  # fmt: skip
 
 
 def recurrent_spec(layers: int, mixer: MixerSpec, dtype: torch.dtype) -> StateSpec:
@@ -202,9 +202,10 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
     q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
     k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
     v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
-    if s.qk_norm:
-        q = rms_norm_naive(q, norm_gain(w["q_norm"], s.qk_norm), s.norm_eps)
-        k = rms_norm_naive(k, norm_gain(w["k_norm"], s.qk_norm), s.norm_eps)
+    if s.qk_norm:  # per head; "rms_offset" is the zero-centred norm, gain 1 + w
+        offset = 1.0 if s.qk_norm == "rms_offset" else 0.0
+        q = rms_norm_naive(q, w["q_norm"] + offset, s.norm_eps)
+        k = rms_norm_naive(k, w["k_norm"] + offset, s.norm_eps)
     if s.rotary_dim:
         pos = torch.tensor([position])
         q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta)[0]

@@ -118,7 +118,12 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[GraniteHybrid
 # Mamba-2 layers of d_state 128, conv 4, expand 2, 1 group.
 _MULTIPLIERS_350M = {"embedding_multiplier": 12.0, "residual_multiplier": 0.246, "attention_multiplier": 0.015625,
                      "logits_scaling": 3.0}  # fmt: skip
-_CARD = "repo ids on the Granite 4.0 collection and model cards in public copies"
+# How each was confirmed (docs/hybrids.md section 5): the 350M's whole config from a public copy
+# re-saved by transformers 5.1 (hashneo/nano-vllm-go models/granite-350m/config.json), its
+# parameter count 340,332,224 and split (28 Mamba-2 + 4 attention) as third-party guides state;
+# the 1B's widths from a third-party copy "verbatim minus fields" (no multipliers or eps in it).
+_350M = "named by third-party guides and a public copy of its config.json (re-saved by transformers 5.1)"
+_1B = "named by a third-party config copy (docs/hybrids.md section 5)"
 
 
 def _kinds(layers: int, attention: tuple[int, ...]) -> list[str]:
@@ -132,14 +137,14 @@ PRESETS = (
             "state_size": 128, "n_groups": 1, "norm_eps": 1e-5, **_MULTIPLIERS_350M},
            "IBM Granite-4.0-H-350M (32 layers: 28 Mamba-2 + 4 attention, H768, 12/4 heads, MLP 2048, "
            "mamba 48x32; 340,332,224 parameters)", True,
-           HubSource("ibm-granite/granite-4.0-h-350m", confirmed=_CARD)),
+           HubSource("ibm-granite/granite-4.0-h-350m", confirmed=_350M)),
     Preset("granite-4.0-h-1b", "granitemoehybrid",
            {"vocab_size": 100352, "hidden_size": 1536, "layer_types": _kinds(40, (5, 15, 25, 35)), "num_heads": 12,
             "num_kv_heads": 4, "head_dim": 128, "intermediate_size": 4096, "mamba_heads": 48, "mamba_head_dim": 64,
             "state_size": 128, "n_groups": 1, "norm_eps": 1e-5, **_MULTIPLIERS_350M},
            "IBM Granite-4.0-H-1B (40 layers: 36 Mamba-2 + 4 attention, H1536, 12/4 heads, MLP 4096, mamba 48x64; "
            "multipliers and eps unconfirmed: the 350M's)", True,
-           HubSource("ibm-granite/granite-4.0-h-1b", confirmed=_CARD)),
+           HubSource("ibm-granite/granite-4.0-h-1b", confirmed=_1B)),
     Preset("granite-hybrid-tiny", "granitemoehybrid",
            {"vocab_size": 512, "hidden_size": 128, "layer_types": [MAMBA, ATTENTION, MAMBA, MAMBA, ATTENTION],
             "num_heads": 4, "num_kv_heads": 2, "head_dim": 32, "intermediate_size": 256, "mamba_heads": 8,

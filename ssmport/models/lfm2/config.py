@@ -74,9 +74,10 @@ def mlp_width(ff: int, auto_adjust: bool, multiplier: float | None, multiple_of:
 def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[Lfm2Config, bool]:
     """(config, tied) from an Lfm2Config config.json; missing keys take transformers' defaults."""
     r = ConfigReader(cj, origin, "LFM2")
-    kind = cj.get("model_type")
-    r.refuse({"experts (lfm2_moe: LFM2-8B-A1B and the like; only the dense LFM2/LFM2.5 models)": kind == "lfm2_moe",
-              "a vision tower (lfm2_vl; only the text models)": kind == "lfm2_vl"})  # fmt: skip
+    named = set(cj.get("architectures") or [])  # a folder that says lfm2 but names another class
+    r.refuse({"experts (lfm2_moe: LFM2-8B-A1B and the like; only the dense LFM2/LFM2.5 models)":
+                  bool(named & {"Lfm2MoeForCausalLM"}),
+              "a vision tower (lfm2_vl; only the text models)": bool(named & {"Lfm2VlForConditionalGeneration"})})  # fmt: skip
     hidden, layers = r.int("hidden_size", 2560), r.layers("num_hidden_layers", 32)
     for key in ("block_dim", "conv_dim"):  # carried by early releases, unread by transformers
         if key in cj and r.int(key) != hidden:

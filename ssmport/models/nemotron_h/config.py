@@ -3,12 +3,13 @@
 **dt is not clamped** (the mixer's MixerSpec has dt_min 0, no dt_max). transformers 5.23's
 Nemotron-H mixer passes (time_step_min, inf) to its chunked scan but nothing to its one-token
 update, so its own prompt processing and decoding disagree once softplus(dt + dt_bias) falls
-below time_step_min (tests/test_hybrid_files.py pins that). NVIDIA's code runs mamba_ssm's
-kernels with dt_limit = time_step_limit, (0, inf) by default, in both paths (the chunk scan and
-selective_state_update), Megatron trains with the same kernels, and mlx-lm clamps to
-time_step_limit in both. So ssmport follows time_step_limit: it equals transformers' decode
-path, and a time_step_limit other than (0, inf) is refused rather than guessed at
-(tests/test_nemotron_h.py keeps a fixture with dt below time_step_min)."""
+below time_step_min (tests/test_hybrid_files.py pins that). NVIDIA's remote code (a public copy
+of its modeling_nemotron_h.py) runs, on a GPU, mamba_ssm's kernels: the chunk scan with
+dt_limit = time_step_limit, (0, inf) by default, and selective_state_update, which clamps
+nothing; only its CPU fallback clamps at time_step_min. mlx-lm clamps to time_step_limit in
+both paths. So ssmport follows time_step_limit (the GPU path the models are run with): it
+equals transformers' one-token update, and a time_step_limit other than (0, inf) is refused
+rather than guessed at (tests/test_nemotron_h.py keeps a fixture with dt below time_step_min)."""
 
 from __future__ import annotations
 
