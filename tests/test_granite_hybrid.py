@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hybrid_checks import TOKENS, assert_close_to, differs, eager_logits, rewrite
+from hybrid_checks import TOKENS, assert_close_to, differs, eager_logits, rewrite, tensors_of
 
 import hybrid_files as hf
 from ssmport.architectures import LoadedModel, get_architecture, presets
@@ -67,6 +67,17 @@ def test_the_layer_pattern_is_followed(folder, theirs, tmp_path):
     ours = eager_logits(model, TOKENS)
     assert_close_to(ours, hf.reference_run(moved, TOKENS).step_logits)
     assert differs(ours, theirs)
+
+
+def test_attention_biases(folder, tmp_path):
+    """attention_bias: q/k/v/o biases (none released; the fixture's weights plus seeded biases)."""
+    tensors, g = tensors_of(folder), torch.Generator().manual_seed(9)
+    for name in [n for n in tensors if n.endswith(("q_proj.weight", "k_proj.weight", "v_proj.weight", "o_proj.weight"))]:
+        tensors[name.replace(".weight", ".bias")] = 0.1 * torch.randn(tensors[name].shape[0], generator=g)
+    biased = rewrite(folder, tmp_path / "bias", tensors, config_edit=lambda c: c.update(attention_bias=True))
+    model = load_checkpoint(biased)
+    assert model.config.attention_bias and "model.layers.1.self_attn.o_proj.bias" in model.weights
+    assert_close_to(eager_logits(model, TOKENS), hf.reference_run(biased, TOKENS).step_logits)
 
 
 def test_an_all_mamba_stack_declares_no_kv_states(tmp_path):

@@ -44,7 +44,7 @@ class GraniteHybridLayer(nn.Module):
             bias = {f"{n}_bias": f"{a}{n}_proj.bias" for n in "qkvo"} if cfg.attention_bias else {}
             self.mixer = AttentionMixer(cfg.attention, AttentionNames(*(f"{a}{n}_proj.weight" for n in "qkvo"), **bias), src, b)
         self.states = self.mixer.states
-        self.mlp = SwiGLU("", "", p + "shared_mlp.output_linear.weight", src, b, fused=p + "shared_mlp.input_linear.weight")
+        self.mlp = SwiGLU(None, None, p + "shared_mlp.output_linear.weight", src, b, fused=p + "shared_mlp.input_linear.weight")
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         out, states = self.mixer(rms_norm(x, self.in_norm, self.eps), slices, step)
