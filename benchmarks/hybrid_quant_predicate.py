@@ -2,8 +2,9 @@
 
 For LFM2, Granite-4.0-H and Nemotron-H presets (synthetic weights): the same token streams
 go through the fp32 decode module and through int8 builds that keep different weight roles
-in fp16. Prints max |Δlogits| relative to the logit scale and top-1 agreement. The first int8
-row is the architecture's `int8keepproj` predicate; each other row moves one role across.
+in fp16. Prints max |Δlogits| relative to the logit scale, top-1 agreement and the int8
+share of the stored weight bytes. The first int8 row is the architecture's `int8keepproj`
+predicate; each other row moves one role across.
 
     python benchmarks/hybrid_quant_predicate.py [--preset lfm2-tiny ...] [--steps 64] [--seeds 3] [--json out.json]
 """
@@ -24,7 +25,8 @@ from ssmport.sources import load_model
 PRESETS = ("lfm2-tiny", "granite-hybrid-tiny", "nemotron-h-tiny")
 
 
-def logits(model, recipe: str, keeps_float, tokens) -> np.ndarray:
+def logits(model, recipe: str, keeps_float, tokens) -> tuple[np.ndarray, float]:
+    """Teacher-forced logits [T, V], and the int8 share of the stored bytes (scales included)."""
     builder = WeightBuilder(get_recipe(recipe), keeps_float)
     module = model.architecture.build_decode(model.config, model.weights, builder, torch.float32).eval()
     rows = []
@@ -32,7 +34,8 @@ def logits(model, recipe: str, keeps_float, tokens) -> np.ndarray:
         for position, t in enumerate(tokens):
             ids, pos = torch.tensor([[t]], dtype=torch.int32), torch.tensor([[position]], dtype=torch.int32)
             rows.append(module(ids, pos).float().reshape(-1))
-    return torch.stack(rows).numpy()
+    share = sum(e.bytes for e in builder.entries if e.dtype == "int8") / sum(e.bytes for e in builder.entries)
+    return torch.stack(rows).numpy(), share
 
 
 def variants(arch) -> dict[str, tuple[str, object]]:
@@ -55,9 +58,9 @@ def measure(preset: str, seeds: int, steps: int) -> dict[str, dict]:
     for seed in range(seeds):
         model = load_model(preset, synthetic=True, seed=seed)
         tokens = np.random.default_rng(seed).integers(0, model.config.vocab_size, steps).tolist()
-        ref = logits(model, "fp32", lambda n: True, tokens)
+        ref, _ = logits(model, "fp32", lambda n: True, tokens)
         for label, (recipe, keep) in variants(arch).items():
-            got, row = logits(model, recipe, keep, tokens), rows[label]
+            (got, rows[label]["int8_share"]), row = logits(model, recipe, keep, tokens), rows[label]
             row["max_rel"] = max(row["max_rel"], float(np.abs(ref - got).max() / max(1.0, np.abs(ref).max())))
             row["top1"] += int((ref.argmax(-1) == got.argmax(-1)).sum())
             row["steps"] += len(tokens)
@@ -74,10 +77,10 @@ def main() -> None:
     table = {}
     for preset in a.preset or PRESETS:
         print(f"\n{preset}, synthetic seeds 0..{a.seeds - 1}, {a.steps} teacher-forced tokens each, torch eager", flush=True)
-        print(f"{'variant':28} {'max rel |Δ|':>12} {'top-1':>10}")
+        print(f"{'variant':28} {'max rel |Δ|':>12} {'top-1':>10} {'int8 share':>11}")
         table[preset] = measure(preset, a.seeds, a.steps)
         for label, r in table[preset].items():
-            print(f"{label:28} {r['max_rel']:12.2e} {r['top1']:>5}/{r['steps']}", flush=True)
+            print(f"{label:28} {r['max_rel']:12.2e} {r['top1']:>5}/{r['steps']} {r['int8_share']:>10.0%}", flush=True)
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"steps": a.steps, "seeds": a.seeds, "results": table}, f, indent=2)
