@@ -43,11 +43,25 @@ def _qwen3_5_checkpoint(folder: Path) -> Path:
     return write_qwen35_vlm(folder / "qwen35-vlm", Qwen35Dims(), seed=24)  # the released packaging
 
 
+def _hybrid_checkpoint(name: str):
+    def write(folder: Path) -> Path:
+        from hybrid_checks import FAMILIES
+
+        return FAMILIES[name].write(folder / name)
+
+    return write
+
+
 CHECKPOINT_WRITERS = {
     "rwkv7": _rwkv7_checkpoint,
     "mamba2": _mamba2_checkpoint,
     "gated_deltanet": _gated_deltanet_checkpoint,
     "qwen3_5": _qwen3_5_checkpoint,
+
+
+    "lfm2": _hybrid_checkpoint("lfm2"),
+    "granitemoehybrid": _hybrid_checkpoint("granite-h"),
+    "nemotron_h": _hybrid_checkpoint("nemotron-h"),
 }
 
 

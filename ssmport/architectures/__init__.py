@@ -82,7 +82,10 @@ def presets() -> dict[str, Preset]:
 
 def _register_builtins() -> None:
     from ssmport.models.gated_deltanet import GATED_DELTANET
+    from ssmport.models.granite_hybrid import GRANITE_HYBRID
+    from ssmport.models.lfm2 import LFM2
     from ssmport.models.mamba2 import MAMBA2
+    from ssmport.models.nemotron_h import NEMOTRON_H
     from ssmport.models.qwen3_5 import QWEN3_5
     from ssmport.models.rwkv7 import RWKV7
 
@@ -90,6 +93,10 @@ def _register_builtins() -> None:
     register_architecture(MAMBA2)
     register_architecture(GATED_DELTANET)
     register_architecture(QWEN3_5)
+    register_architecture(LFM2)
+    register_architecture(GRANITE_HYBRID)
+    register_architecture(NEMOTRON_H)
+
 
 __all__ = [
     "Architecture",

@@ -90,6 +90,17 @@ def json_float(value: Any, what: str) -> float:
         raise CheckpointError(f"{what}={value!r} is not a number") from None
 
 
+def conv_f32(t: torch.Tensor) -> torch.Tensor:
+    """A depthwise nn.Conv1d weight [C, 1, K] as the canonical [C, K] (fp32)."""
+    return t.float().reshape(t.shape[0], t.shape[-1])
+
+
+def native_conv_shapes(canonical: Mapping[str, tuple[int, ...]], conv_suffix: str) -> dict[str, tuple[int, ...]]:
+    """The checkpoint's shapes of canonical ones whose depthwise convs (names ending in
+    `conv_suffix`) are squeezed to [C, K]: nn.Conv1d stores them [C, 1, K]."""
+    return {n: (s[0], 1, s[1]) if n.endswith(conv_suffix) else s for n, s in canonical.items()}
+
+
 def head_name(tied: bool, source, head: str, embedding: str) -> str:
     """The checkpoint tensor the LM head is read from: a tied model's embedding, unless the
     file carries its own head anyway (some tied checkpoints do; then it is the head)."""

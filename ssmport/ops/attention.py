@@ -54,16 +54,17 @@ def chunk(q, k, v, K, V, start, scale: float):
     return o.view(KVH, rep, T, d).permute(2, 0, 1, 3).reshape(T, H, d)
 
 
-def naive(q, k, v, K_past, V_past):
+def naive(q, k, v, K_past, V_past, scale: float | None = None):
     """The readable form for one token: q [H, d] attends over [K_past; k] (K_past [n, KVH, d]
-    rows of earlier tokens, k [KVH, d]), scaled by d^-0.5. Returns o [H, d]."""
+    rows of earlier tokens, k [KVH, d]), scaled by `scale` (None: d^-0.5). Returns o [H, d]."""
     H, d = q.shape
     keys = torch.cat([K_past, k[None]])  # [n+1, KVH, d]
     values = torch.cat([V_past, v[None]])
     rep = H // k.shape[0]
     out = torch.empty(H, d)
     for h in range(H):
-        weights = torch.softmax(keys[:, h // rep] @ q[h] / d**0.5, dim=0)
+        scores = keys[:, h // rep] @ q[h]
+        weights = torch.softmax(scores / d**0.5 if scale is None else scores * scale, dim=0)
         out[h] = weights @ values[:, h // rep]
     return out
 

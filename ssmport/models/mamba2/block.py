@@ -1,8 +1,14 @@
 """The export form of a Mamba-2 layer: in_proj, the conv, the gate, the norms and out_proj
 batched over the T rows; the SSM from ssmport.ops.ssd (decode: the deferred update; prefill:
-the chunkwise form)."""
+the chunkwise form).
+
+`Mamba2Mixer` is the mixer alone (everything between the pre-norm and the residual add): the
+Granite-4.0-H and Nemotron-H hybrids run it in their Mamba-2 layers, on their own stacked
+states."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
@@ -10,7 +16,7 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, NormHead, Step
-from ssmport.models.mamba2.config import Mamba2Config
+from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
 from ssmport.models.mamba2.quant import role
 from ssmport.ops import ssd
 from ssmport.ops.conv import causal_conv
@@ -20,40 +26,39 @@ from ssmport.quant.plan import WeightBuilder
 CONV_STATE, SSM_STATE = "convState", "ssmState"
 
 
-class Mamba2Block(nn.Module):
-    """One residual layer. States: convState [conv_dim, K] (the last K conv inputs x|B|C, oldest
-    first: transformers' and mamba_ssm's conv-cache layout) and ssmState [H, P, N]."""
+class Mamba2Mixer(nn.Module):
+    """z | xBC | dt = in_proj(h); xBC through the causal conv and silu; the SSM; the gated
+    grouped RMSNorm (gate first); out_proj. Weights are read under `prefix` (in_proj.weight,
+    conv1d.weight [C, K], dt_bias, A_log, D, norm.weight, out_proj.weight, the biases)."""
 
-    states = (CONV_STATE, SSM_STATE)
-
-    def __init__(self, cfg: Mamba2Config, i: int, src: TensorSource, b: WeightBuilder, residual_dtype: torch.dtype):
+    def __init__(self, spec: MixerSpec, prefix: str, src: TensorSource, b: WeightBuilder, role: Callable[[str], str]):
         super().__init__()
-        self.cfg, self.residual_dtype = cfg, residual_dtype
-        m = f"layers.{i}.mixer."
+        self.spec, m = spec, prefix
         vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
-        self.norm_w = vec(f"layers.{i}.norm.weight")
         self.in_proj = b.matmul(m + "in_proj.weight", src[m + "in_proj.weight"].t(), role(m + "in_proj.weight"))
-        self.in_bias = vec(m + "in_proj.bias") if cfg.use_bias else None
+        self.in_bias = vec(m + "in_proj.bias") if spec.proj_bias else None
         self.conv_w = vec(m + "conv1d.weight")
-        self.conv_b = vec(m + "conv1d.bias") if cfg.use_conv_bias else None
+        self.conv_b = vec(m + "conv1d.bias") if spec.conv_bias else None
         self.dt_bias = vec(m + "dt_bias")
-        self.A = b.vector(m + "A_log", -torch.exp(src[m + "A_log"].float()), "ssm")  # stored as A = -exp(A_log)
+        self.A = b.vector(m + "A_log", -torch.exp(src[m + "A_log"].float()), role(m + "A_log"))  # stored as A = -exp(A_log)
         self.D = vec(m + "D")
         self.gnorm_w = vec(m + "norm.weight")
         self.out_proj = b.matmul(m + "out_proj.weight", src[m + "out_proj.weight"].t(), role(m + "out_proj.weight"))
-        self.out_bias = vec(m + "out_proj.bias") if cfg.use_bias else None
+        self.out_bias = vec(m + "out_proj.bias") if spec.proj_bias else None
 
-    def forward(self, x: torch.Tensor, slices: dict, step: Step):
-        """x [T, D] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
-        c = self.cfg
+    def forward(self, h: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor, step: Step):
+        """h [T, D] the normed input; conv [K, conv_dim] fp32, the last K conv inputs (time-major,
+        oldest first: the K-th is never read again, transformers' cache layout); ssm [H, P, N] fp32.
+        Rows >= valid_len (prefill) are padding: computed, never stored. Returns (out [T, D],
+        the new conv window [K, conv_dim], the new ssm: a StateUpdate (decode) or [H, P, N])."""
+        c = self.spec
         I, H, P, N, G = c.intermediate_size, c.num_heads, c.head_dim, c.state_size, c.n_groups
-        T = x.shape[0]
-        zxbcdt = self.in_proj(rms_norm(x, self.norm_w, c.norm_eps))
+        T = h.shape[0]
+        zxbcdt = self.in_proj(h)
         if self.in_bias is not None:
             zxbcdt = zxbcdt + self.in_bias
         z, xBC, dt = zxbcdt.split([I, c.conv_dim, H], dim=-1)
 
-        conv = slices[CONV_STATE].float().t()  # [K, conv_dim]: the K inputs, not K-1
         xBC, new_conv = causal_conv(conv, xBC, self.conv_w.view(c.conv_dim, c.conv_kernel).t(), step.valid_len)
         if self.conv_b is not None:
             xBC = xBC + self.conv_b
@@ -66,7 +71,6 @@ class Mamba2Block(nn.Module):
 
         # The recurrence, in fp32 whatever the state's storage dtype.
         log_decay, dtx = dt * self.A, dt.view(T, H, 1) * xs  # [T, H], [T, H, P]
-        ssm = slices[SSM_STATE].float()
         if step.decode:
             y, S = ssd.decode(ssm, torch.exp(log_decay).view(H), dtx.view(H, P), BC.view(2, G, N))
             y = y.view(1, H, P)
@@ -77,6 +81,25 @@ class Mamba2Block(nn.Module):
         out = self.out_proj(y)
         if self.out_bias is not None:
             out = out + self.out_bias
+        return out, new_conv, S
+
+
+class Mamba2Block(nn.Module):
+    """One residual layer. States: convState [conv_dim, K] (the last K conv inputs x|B|C, oldest
+    first: transformers' and mamba_ssm's conv-cache layout) and ssmState [H, P, N]."""
+
+    states = (CONV_STATE, SSM_STATE)
+
+    def __init__(self, cfg: Mamba2Config, i: int, src: TensorSource, b: WeightBuilder, residual_dtype: torch.dtype):
+        super().__init__()
+        self.cfg, self.residual_dtype = cfg, residual_dtype
+        self.norm_w = b.vector(f"layers.{i}.norm.weight", src[f"layers.{i}.norm.weight"], role(f"layers.{i}.norm.weight"))
+        self.mixer = Mamba2Mixer(cfg.mixer, f"layers.{i}.mixer.", src, b, role)
+
+    def forward(self, x: torch.Tensor, slices: dict, step: Step):
+        """x [T, D] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
+        conv = slices[CONV_STATE].float().t()  # [K, conv_dim]: the K inputs, not K-1
+        out, new_conv, S = self.mixer(rms_norm(x, self.norm_w, self.cfg.norm_eps), conv, slices[SSM_STATE].float(), step)
         x = x + out
         if self.residual_dtype != torch.float32:
             x = x.to(self.residual_dtype).float()

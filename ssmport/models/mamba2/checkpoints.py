@@ -8,32 +8,34 @@ from typing import Any
 
 from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import as_f32, check_layer_count, head_name
-from ssmport.models.mamba2.config import Mamba2Config, from_mamba_ssm, from_transformers, is_mamba_ssm
+from ssmport.models.loading import as_f32, check_layer_count, conv_f32, head_name, native_conv_shapes
+from ssmport.models.mamba2.config import Mamba2Config, MixerSpec, from_mamba_ssm, from_transformers, is_mamba_ssm
+
+
+def mixer_shapes(spec: MixerSpec, prefix: str, hidden: int) -> dict[str, tuple[int, ...]]:
+    """One Mamba-2 mixer's canonical tensors (names after `prefix`, conv1d squeezed to [C, K])."""
+    H, I, m = spec.num_heads, spec.intermediate_size, prefix
+    shapes = {m + "in_proj.weight": (spec.in_proj_size, hidden), m + "conv1d.weight": (spec.conv_dim, spec.conv_kernel),
+              m + "dt_bias": (H,), m + "A_log": (H,), m + "D": (H,), m + "norm.weight": (I,),
+              m + "out_proj.weight": (hidden, I)}  # fmt: skip
+    if spec.conv_bias:
+        shapes[m + "conv1d.bias"] = (spec.conv_dim,)
+    if spec.proj_bias:
+        shapes |= {m + "in_proj.bias": (spec.in_proj_size,), m + "out_proj.bias": (hidden,)}
+    return shapes
 
 
 def canonical_shapes(cfg: Mamba2Config) -> dict[str, tuple[int, ...]]:
-    D, V, H, I = cfg.hidden_size, cfg.vocab_size, cfg.num_heads, cfg.intermediate_size
+    D, V = cfg.hidden_size, cfg.vocab_size
     shapes: dict[str, tuple[int, ...]] = {"embeddings.weight": (V, D)}
     for i in range(cfg.num_layers):
-        m = f"layers.{i}.mixer."
-        shapes |= {f"layers.{i}.norm.weight": (D,), m + "in_proj.weight": (cfg.in_proj_size, D),
-                   m + "conv1d.weight": (cfg.conv_dim, cfg.conv_kernel), m + "dt_bias": (H,), m + "A_log": (H,),
-                   m + "D": (H,), m + "norm.weight": (I,), m + "out_proj.weight": (D, I)}  # fmt: skip
-        if cfg.use_conv_bias:
-            shapes[m + "conv1d.bias"] = (cfg.conv_dim,)
-        if cfg.use_bias:
-            shapes |= {m + "in_proj.bias": (cfg.in_proj_size,), m + "out_proj.bias": (D,)}
+        shapes |= {f"layers.{i}.norm.weight": (D,)} | mixer_shapes(cfg.mixer, f"layers.{i}.mixer.", D)
     return shapes | {"norm_f.weight": (D,), "lm_head.weight": (V, D)}
-
-
-def _conv_f32(t):
-    return t.float().reshape(t.shape[0], t.shape[-1])  # [C, 1, K] -> [C, K]
 
 
 def checkpoint_names(cfg: Mamba2Config, embedding: str, head: str) -> dict[str, tuple[str, Any]]:
     """canonical name -> (checkpoint name, transform). Both layouts prefix "backbone."."""
-    names = {n: (f"backbone.{n}", _conv_f32 if n.endswith("conv1d.weight") else as_f32) for n in canonical_shapes(cfg)}
+    names = {n: (f"backbone.{n}", conv_f32 if n.endswith("conv1d.weight") else as_f32) for n in canonical_shapes(cfg)}
     return names | {"embeddings.weight": (embedding, as_f32), "lm_head.weight": (head, as_f32)}
 
 
@@ -52,8 +54,7 @@ def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Mamba2Config, Ten
     check_layer_count(cfg.num_layers, source, "backbone.layers.", source.origin)
     canonical = canonical_shapes(cfg)
     names = checkpoint_names(cfg, embedding, head_name(tied, source, "lm_head.weight", embedding))
-    # conv1d is stored as a depthwise nn.Conv1d: [C, 1, K]
-    native = {theirs: (cfg.conv_dim, 1, cfg.conv_kernel) if ours.endswith("conv1d.weight") else canonical[ours]
-              for ours, (theirs, _) in names.items()}  # fmt: skip
+    native_shapes = native_conv_shapes(canonical, "conv1d.weight")
+    native = {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()}
     check_strict(source, native, what=f"Mamba-2 {cfg.describe()} ({layout})")
     return cfg, MappedSource(source, names, canonical)

@@ -15,6 +15,41 @@ NEOX_VOCAB_ROWS = 50288  # GPT-NeoX's 50,277 tokens padded to a multiple of 16 (
 
 
 @dataclass(frozen=True)
+class MixerSpec:
+    """The geometry of one Mamba-2 mixer: Mamba-2's, Granite-4.0-H's and Nemotron-H's layers
+    run the same mixer (ssmport.models.mamba2.block.Mamba2Mixer) with their own values."""
+
+    num_heads: int  # H
+    head_dim: int  # P
+    state_size: int  # N
+    n_groups: int  # G: heads h use B/C group h // (H / G)
+    conv_kernel: int  # K
+    conv_bias: bool
+    proj_bias: bool  # biases on in_proj / out_proj
+    norm_eps: float  # the gated RMSNorm's
+    dt_min: float = 0.0  # dt is clamped to [dt_min, dt_max] after the softplus
+    dt_max: float | None = None  # None = no upper bound
+
+    @property
+    def intermediate_size(self) -> int:  # I = H * P
+        return self.num_heads * self.head_dim
+
+    @property
+    def conv_dim(self) -> int:  # x | B | C
+        return self.intermediate_size + 2 * self.n_groups * self.state_size
+
+    @property
+    def in_proj_size(self) -> int:  # z | xBC | dt
+        return self.intermediate_size + self.conv_dim + self.num_heads
+
+    def validate(self, family: str) -> None:
+        if self.num_heads % self.n_groups:
+            raise CheckpointError(f"{family}: {self.num_heads} heads do not divide into {self.n_groups} groups")
+        if self.conv_kernel < 2:
+            raise CheckpointError(f"{family}: conv kernel {self.conv_kernel} < 2 is not supported")
+
+
+@dataclass(frozen=True)
 class Mamba2Config:
     vocab_size: int  # rows of the embedding (padded vocab)
     hidden_size: int  # D
@@ -32,25 +67,27 @@ class Mamba2Config:
     dt_max: float | None = None  # None = no upper bound (the released models)
 
     @property
-    def intermediate_size(self) -> int:  # I = H * P
-        return self.num_heads * self.head_dim
+    def mixer(self) -> MixerSpec:
+        return MixerSpec(self.num_heads, self.head_dim, self.state_size, self.n_groups, self.conv_kernel,
+                         self.use_conv_bias, self.use_bias, self.norm_eps, self.dt_min, self.dt_max)  # fmt: skip
 
     @property
-    def conv_dim(self) -> int:  # x | B | C
-        return self.intermediate_size + 2 * self.n_groups * self.state_size
+    def intermediate_size(self) -> int:
+        return self.mixer.intermediate_size
 
     @property
-    def in_proj_size(self) -> int:  # z | xBC | dt
-        return self.intermediate_size + self.conv_dim + self.num_heads
+    def conv_dim(self) -> int:
+        return self.mixer.conv_dim
+
+    @property
+    def in_proj_size(self) -> int:
+        return self.mixer.in_proj_size
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
     def validate(self) -> None:
-        if self.num_heads % self.n_groups:
-            raise CheckpointError(f"Mamba-2: {self.num_heads} heads do not divide into {self.n_groups} groups")
-        if self.conv_kernel < 2:
-            raise CheckpointError(f"Mamba-2: conv kernel {self.conv_kernel} < 2 is not supported")
+        self.mixer.validate("Mamba-2")
 
     def describe(self) -> str:
         return (f"(L={self.num_layers} D={self.hidden_size} H={self.num_heads} P={self.head_dim} "
@@ -85,7 +122,7 @@ PRESETS = (
 )  # fmt: skip
 
 
-def _dt_limit(r: ConfigReader, key: str) -> tuple[float, float | None]:
+def dt_limit(r: ConfigReader, key: str) -> tuple[float, float | None]:
     """(lo, hi) of dt's clamp, hi = None for "no upper bound" (JSON cannot say inf portably)."""
     limit = r.raw(key, None)
     if limit is None:
@@ -109,7 +146,7 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> Mamba2Config:
     expand = r.float("expand", 2, positive=True)
     if hidden * expand != heads * head_dim:
         raise CheckpointError(f"{origin}: hidden_size*expand ({hidden}*{expand:g}) != num_heads*head_dim ({heads}*{head_dim})")
-    lo, hi = _dt_limit(r, "time_step_limit")
+    lo, hi = dt_limit(r, "time_step_limit")
     return Mamba2Config(
         vocab_size=r.int("vocab_size", 32768), hidden_size=hidden, num_layers=r.layers("num_hidden_layers", 64),
         num_heads=heads, head_dim=head_dim, state_size=r.int("state_size", 128), n_groups=r.int("n_groups", 8),
@@ -140,7 +177,7 @@ def from_mamba_ssm(cj: Mapping[str, Any], origin: str, vocab_rows: int) -> Mamba
     inner = int(ssm.float("expand", 2, positive=True) * width)
     if inner % head_dim:
         raise CheckpointError(f"{origin}: d_inner {inner} is not a multiple of headdim {head_dim}")
-    lo, hi = _dt_limit(ssm, "dt_limit")
+    lo, hi = dt_limit(ssm, "dt_limit")
     return Mamba2Config(
         vocab_size=vocab_rows, hidden_size=width, num_layers=r.layers("n_layer"), num_heads=inner // head_dim,
         head_dim=head_dim, state_size=ssm.int("d_state", 128), n_groups=ssm.int("ngroups", 1),

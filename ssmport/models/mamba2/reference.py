@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.mamba2.checkpoints import canonical_shapes
-from ssmport.models.mamba2.config import Mamba2Config
+from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
 from ssmport.ops import ssd
 from ssmport.ops.norms import rms_norm_naive
 
@@ -43,20 +43,29 @@ class Mamba2Reference:
         return w["lm_head.weight"] @ rms_norm_naive(x, w["norm_f.weight"], c.norm_eps)
 
     def _mixer(self, i: int, h: torch.Tensor, state) -> torch.Tensor:
-        c, p = self.cfg, f"layers.{i}.mixer."
+        p = f"layers.{i}.mixer."
         w = {k.removeprefix(p): v for k, v in self.w.items() if k.startswith(p)}
-        I, GN, H, P, N = c.intermediate_size, c.n_groups * c.state_size, c.num_heads, c.head_dim, c.state_size
-        z, xBC, dt = (w["in_proj.weight"] @ h + (w["in_proj.bias"] if c.use_bias else 0)).split([I, c.conv_dim, H])
-        state["conv"][i] = window = torch.cat([state["conv"][i][:, 1:], xBC[:, None]], dim=1)  # [conv_dim, K]
-        xBC = (window * w["conv1d.weight"]).sum(-1) + (w["conv1d.bias"] if c.use_conv_bias else 0)
-        xs, B, C = F.silu(xBC).split([I, GN, GN])
-        y = torch.empty(I)
-        for head in range(H):
-            g, hs = head // (H // c.n_groups), slice(head * P, (head + 1) * P)
-            dt_h = F.softplus(dt[head] + w["dt_bias"][head]).clamp(c.dt_min, c.dt_max)
-            gs = slice(g * N, (g + 1) * N)
-            state["ssm"][i][head], y[hs] = ssd.naive_step(state["ssm"][i][head], xs[hs], dt_h, -torch.exp(w["A_log"][head]), B[gs], C[gs])
-            y[hs] += w["D"][head] * xs[hs]
-        y = (y * F.silu(z)).view(c.n_groups, -1)  # gate first, then the grouped norm
-        y = torch.cat([rms_norm_naive(part, None, c.norm_eps) for part in y]) * w["norm.weight"]
-        return w["out_proj.weight"] @ y + (w["out_proj.bias"] if c.use_bias else 0)
+        out, state["conv"][i] = mixer_step(self.cfg.mixer, w, h, state["conv"][i], state["ssm"][i])
+        return out
+
+
+def mixer_step(c: MixerSpec, w: dict[str, torch.Tensor], h: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor):
+    """One token through one Mamba-2 mixer (the formulas above, from the normed input to
+    out_proj). w: the mixer's fp32 weights by leaf name ("in_proj.weight", "conv1d.weight"
+    [C, K], ...); h [D]; conv [conv_dim, K], the last K conv inputs, oldest first; ssm
+    [H, P, N], updated in place. Returns (out [D], the new conv window)."""
+    I, GN, H, P, N = c.intermediate_size, c.n_groups * c.state_size, c.num_heads, c.head_dim, c.state_size
+    z, xBC, dt = (w["in_proj.weight"] @ h + (w["in_proj.bias"] if c.proj_bias else 0)).split([I, c.conv_dim, H])
+    window = torch.cat([conv[:, 1:], xBC[:, None]], dim=1)  # [conv_dim, K]
+    xBC = (window * w["conv1d.weight"]).sum(-1) + (w["conv1d.bias"] if c.conv_bias else 0)
+    xs, B, C = F.silu(xBC).split([I, GN, GN])
+    y = torch.empty(I)
+    for head in range(H):
+        g, hs = head // (H // c.n_groups), slice(head * P, (head + 1) * P)
+        dt_h = F.softplus(dt[head] + w["dt_bias"][head]).clamp(c.dt_min, c.dt_max)
+        gs = slice(g * N, (g + 1) * N)
+        ssm[head], y[hs] = ssd.naive_step(ssm[head], xs[hs], dt_h, -torch.exp(w["A_log"][head]), B[gs], C[gs])
+        y[hs] += w["D"][head] * xs[hs]
+    y = (y * F.silu(z)).view(c.n_groups, -1)  # gate first, then the grouped norm
+    y = torch.cat([rms_norm_naive(part, None, c.norm_eps) for part in y]) * w["norm.weight"]
+    return w["out_proj.weight"] @ y + (w["out_proj.bias"] if c.proj_bias else 0), window

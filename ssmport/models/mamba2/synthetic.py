@@ -8,12 +8,9 @@ import math
 import torch
 
 
-def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
-    rand = torch.rand(shape, generator=g)
-    randn = torch.randn(shape, generator=g)
-    leaf = name.split(".mixer.", 1)[1] if ".mixer." in name else name
-    if name == "embeddings.weight":
-        return randn
+def mixer_init(leaf: str, shape: tuple[int, ...], rand: torch.Tensor, randn: torch.Tensor) -> torch.Tensor | None:
+    """A Mamba-2 mixer tensor's value by its leaf name (uniform and normal draws of its shape
+    given), or None for a projection or the gated norm's gain (the caller's defaults)."""
     if leaf == "A_log":
         return torch.log(1 + 15 * rand)
     if leaf == "dt_bias":
@@ -25,8 +22,30 @@ def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> tor
         return randn / math.sqrt(shape[-1])
     if leaf.endswith(".bias"):
         return 0.1 * randn
-    if len(shape) == 1:  # norm gains
-        return 1.0 + 0.1 * randn
-    if name == "lm_head.weight":
-        return randn * (2.0 / math.sqrt(shape[1]))
-    return randn / math.sqrt(shape[1])  # in_proj / out_proj
+    return None
+
+
+def weight_init(embedding: str, head: str, marker: str):
+    """The init of a model built of Mamba-2-style layers (Mamba-2; the hybrids reuse it): the
+    embedding N(0, 1), mixer tensors by their leaf name after `marker` (`mixer_init`), biases
+    small, gains near 1, the head 2/sqrt(fan-in), every other matrix 1/sqrt(fan-in)."""
+
+    def init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
+        rand = torch.rand(shape, generator=g)
+        randn = torch.randn(shape, generator=g)
+        leaf = name.split(marker, 1)[1] if marker in name else name
+        if name == embedding:
+            return randn
+        value = mixer_init(leaf, shape, rand, randn)
+        if value is not None:
+            return value
+        if len(shape) == 1:  # norm gains
+            return 1.0 + 0.1 * randn
+        if name == head:
+            return randn * (2.0 / math.sqrt(shape[1]))
+        return randn / math.sqrt(shape[1])  # projections; a squeezed conv [C, K] by 1/sqrt(K)
+
+    return init
+
+
+synthetic_init = weight_init("embeddings.weight", "lm_head.weight", ".mixer.")

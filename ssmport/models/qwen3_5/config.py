@@ -8,16 +8,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
-from ssmport.errors import CheckpointError, SsmportError
+from ssmport.errors import CheckpointError
+from ssmport.models.hybrid import DEFAULT_CONTEXT, MAX_CONTEXT, check_context
 from ssmport.models.loading import ConfigReader
 
 LINEAR, FULL = "linear_attention", "full_attention"
-# The KV cache's positions unless --context says otherwise. 4096 keeps the cache of every
-# released size phone-sized (fp32 state: 0.8B 96 MiB, 9B 256 MiB; half that in fp16) and the
-# decode cost of reading it small next to the weights' (every step attends over the whole
-# buffer, masked); the released max_position_embeddings (262144) would be 6-16 GiB.
-DEFAULT_CONTEXT = 4096
-MAX_CONTEXT = 1 << 20
+# The KV cache's positions unless --context says otherwise: DEFAULT_CONTEXT (4096, shared with
+# the other hybrids) keeps the cache of every released size phone-sized (fp32 state: 0.8B
+# 96 MiB, 9B 256 MiB; half that in fp16) and the decode cost of reading it small next to the
+# weights' (every step attends over the whole buffer, masked); the released
+# max_position_embeddings (262144) would be 6-16 GiB.
 
 # Qwen3_5TextConfig's defaults in transformers 5.23: a key missing from config.json takes these.
 TEXT_DEFAULTS: dict[str, Any] = {
@@ -99,7 +99,7 @@ class Qwen35Config:
         for what, present in problems.items():
             if present:
                 raise CheckpointError(f"{origin}: Qwen3.5 config with {what} is not supported")
-        check_context(self.context, self)
+        check_context(self.context, self.max_position_embeddings)
 
     def describe(self) -> str:
         return (f"(L={self.num_layers}: {self.linear_layers} linear + {self.attention_layers} full, C={self.hidden_size}, "
@@ -112,16 +112,8 @@ class Qwen35Config:
         return 2 * self.attention_layers * self.num_key_value_heads * self.head_dim * itemsize
 
 
-def check_context(context: Any, cfg: Qwen35Config) -> None:
-    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= MAX_CONTEXT:
-        raise SsmportError(f"--context {context!r}: give a whole number of positions in [1, {MAX_CONTEXT}]")
-    if context > cfg.max_position_embeddings:
-        raise SsmportError(f"--context {context} is beyond the model's max_position_embeddings "
-                           f"({cfg.max_position_embeddings})")  # fmt: skip
-
-
 def with_context(cfg: Qwen35Config, context: int) -> Qwen35Config:
-    check_context(context, cfg)
+    check_context(context, cfg.max_position_embeddings)
     return replace(cfg, context=context)
 
 

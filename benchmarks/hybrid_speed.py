@@ -1,0 +1,241 @@
+"""Decode and prefill speed of the hybrid exports (LFM2, Granite-4.0-H, Nemotron-H) against
+transformers' own torch path, in one run per model.
+
+    flock /tmp/ssmport-heavy.lock python benchmarks/hybrid_speed.py --model lfm2-350m \\
+        --out benchmarks/results/hybrid_speed_lfm2-350m.json
+
+MODEL is a preset (synthetic fp32 weights from its fixed seed), or PRESET:N for its first N
+layers (a model too large for this machine measured at its real widths: not a released size).
+Per model, all timings in this process (the export runs in a child process, for its peak):
+
+  coreai                the fp32 bundle on the Core AI runtime (single-threaded), its M=1 decode
+                        timed before and after the others (the headline is their mean)
+  torch_eager           ssmport's own decode module, torch eager, 1 thread and torch's default
+  peer                  transformers' class (Lfm2ForCausalLM, GraniteMoeHybridForCausalLM,
+                        NemotronHForCausalLM) on the same weights, its pure-torch path, one token
+                        per call with its cache, 1 thread and default threads; timed only after
+                        it agrees with ssmport's torch module (benchmarks/suite.py's check)
+  prefill               the bundle's `prefill` vs its M=1 loop on random prompts, tokens/s
+                        (benchmarks/prefill_speed.py's measurement, alternating the two)
+
+Decode is the median ms/token over --steps tokens after --warmup. The machine is shared:
+compare the ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from importlib.metadata import version
+from pathlib import Path
+
+import numpy as np
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import prefill_speed  # noqa: E402
+import suite  # noqa: E402
+
+from ssmport.architectures import LoadedModel  # noqa: E402
+from ssmport.bundle import Bundle  # noqa: E402
+from ssmport.prefill import DEFAULT_CHUNK  # noqa: E402
+from ssmport.sources import DEFAULT_SEED, load_model  # noqa: E402
+
+
+def synthetic_model(spec: str) -> LoadedModel:
+    """A preset's synthetic model, or PRESET:N: its first N layers (same widths and seed)."""
+    preset, _, layers = spec.partition(":")
+    model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
+    if not layers:
+        return model
+    c, n = model.config, int(layers)
+    field = "pattern" if hasattr(c, "pattern") else "layer_types"
+    config = dataclasses.replace(c, **{field: getattr(c, field)[:n]})
+    weights = model.architecture.synthetic_weights(config, DEFAULT_SEED)
+    return dataclasses.replace(model, config=config, weights=weights, name=f"{preset}-first{n}",
+                               provenance=model.provenance | {"layers": n})  # fmt: skip
+
+
+# --------------------------------------------------------------------------------------
+# transformers' model on ssmport's synthetic weights
+# --------------------------------------------------------------------------------------
+
+
+def _rope(theta: float) -> dict:
+    return {"rope_type": "default", "rope_theta": theta}
+
+
+def transformers_model(model: LoadedModel):
+    """transformers' own class built from the config, the synthetic weights loaded strictly
+    (ssmport's canonical names are transformers' in-memory ones, convs unsqueezed)."""
+    import transformers
+
+    c, arch = model.config, model.architecture.name
+    common = {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "num_attention_heads": c.num_heads,
+              "num_key_value_heads": c.num_kv_heads, "tie_word_embeddings": False,
+              "max_position_embeddings": max(4096, c.context)}  # fmt: skip
+    if arch == "lfm2":
+        cls, config = "Lfm2ForCausalLM", transformers.Lfm2Config(
+            **common, num_hidden_layers=c.num_layers, layer_types=list(c.layer_types), intermediate_size=c.intermediate_size,
+            block_auto_adjust_ff_dim=False, conv_L_cache=c.conv_kernel, conv_bias=c.conv_bias, norm_eps=c.norm_eps,
+            rope_parameters=_rope(c.rope_theta))  # fmt: skip
+        rename = {}
+    elif arch == "granitemoehybrid":
+        cls, config = "GraniteMoeHybridForCausalLM", transformers.GraniteMoeHybridConfig(
+            **common, num_hidden_layers=c.num_layers, layer_types=list(c.layer_types), num_local_experts=0,
+            num_experts_per_tok=0, shared_intermediate_size=c.intermediate_size, intermediate_size=c.intermediate_size,
+            mamba_n_heads=c.mamba_heads, mamba_d_head=c.mamba_head_dim, mamba_n_groups=c.n_groups,
+            mamba_d_state=c.state_size, mamba_d_conv=c.conv_kernel, mamba_expand=c.mixer.intermediate_size // c.hidden_size,
+            mamba_conv_bias=c.conv_bias, mamba_proj_bias=c.proj_bias, attention_bias=c.attention_bias,
+            position_embedding_type=c.position_embedding, rope_parameters=_rope(c.rope_theta), rms_norm_eps=c.norm_eps,
+            embedding_multiplier=c.embedding_multiplier, residual_multiplier=c.residual_multiplier,
+            attention_multiplier=c.attention_multiplier, logits_scaling=c.logits_scaling)  # fmt: skip
+        rename = {}
+    elif arch == "nemotron_h":
+        cls, config = "NemotronHForCausalLM", transformers.NemotronHConfig(
+            **common, hybrid_override_pattern=c.pattern, head_dim=c.head_dim, intermediate_size=c.intermediate_size,
+            mamba_num_heads=c.mamba_heads, mamba_head_dim=c.mamba_head_dim, n_groups=c.n_groups,
+            ssm_state_size=c.state_size, conv_kernel=c.conv_kernel, use_conv_bias=c.conv_bias,
+            layer_norm_epsilon=c.norm_eps)  # fmt: skip
+        rename = {n: "model." + n for n in model.weights if n != "lm_head.weight"}
+    else:
+        raise SystemExit(f"no transformers peer for {arch}")
+    hf = getattr(transformers, cls)(config)  # (on the CPU: its rotary tables are computed at init)
+    own = hf.state_dict(keep_vars=True)
+    names = {rename.get(n, n): n for n in model.weights}
+    if set(names) != set(own):
+        raise SystemExit(f"transformers peer: names differ: {sorted(set(names) ^ set(own))[:6]}")
+    with torch.no_grad():
+        for theirs, ours in names.items():  # one tensor at a time: no second copy of the model
+            own[theirs].copy_(model.weights[ours].reshape(own[theirs].shape))  # conv: [C, K] -> [C, 1, K]
+    return hf.eval(), f"transformers=={version('transformers')} {cls} torch path, cpu fp32, use_cache"
+
+
+class TransformersHybridPeer(suite.Peer):
+    def __init__(self, model: LoadedModel):
+        from transformers.integrations import hub_kernels
+
+        if hub_kernels.is_kernels_available():
+            raise SystemExit("transformers peer: the `kernels` hub package is installed")
+        for package in ("causal_conv1d", "mamba_ssm", "flash_attn"):
+            if importlib.util.find_spec(package) is not None:
+                raise SystemExit(f"transformers peer: `{package}` is installed, so the torch path may not run")
+        self.model, self.name = transformers_model(model)
+        self.torch_path = "no kernels / causal_conv1d / mamba_ssm / flash_attn installed"
+        self.cache = None
+
+    def step(self, token: int) -> np.ndarray:
+        with torch.no_grad():
+            out = self.model(torch.tensor([[token]]), past_key_values=self.cache, use_cache=True)
+        self.cache = out.past_key_values
+        return out.logits[0, -1].float().numpy()
+
+    def reset(self) -> None:
+        self.cache = None
+
+    def close(self) -> None:
+        del self.model, self.cache
+        super().close()
+
+
+# --------------------------------------------------------------------------------------
+
+
+def export_bundle(spec: str, out: Path, chunk: int) -> Path:
+    """Export in this process (the child's entry point): synthetic fp32 with prefill."""
+    from ssmport.exporter import export
+
+    return export(synthetic_model(spec), out, quant="fp32", gate_steps=8, prefill_chunk=chunk, progress=False,
+                  overwrite=True).path  # fmt: skip
+
+
+def torch_eager_lines(model: LoadedModel, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
+    from ssmport.torch_runner import TorchRunner
+
+    ref = TorchRunner(model, "fp32")
+    try:
+        ref.reset()
+        check = ref.step_each(tokens[: suite.PEER_CHECK_TOKENS])
+        return suite.thread_lines("torch_eager", ref.step, ref.reset, tokens, warmup), check
+    finally:
+        ref.close()
+
+
+def run(spec: str, work: Path, steps: int, warmup: int, chunk: int, prompts: list[int], repeats: int) -> dict:
+    out = work / "bundles"
+    done = subprocess.run([sys.executable, __file__, "--export-only", spec, "--work", str(work), "--chunk", str(chunk)])
+    if done.returncode:
+        raise SystemExit(f"export of {spec} failed (exit {done.returncode})")
+    bundle = Bundle.open(next(p for p in out.iterdir() if (p / "manifest.json").is_file()))
+    tokens = suite.bench_tokens(bundle.manifest.vocab_size, steps + warmup)
+    print(f"[{spec}] Core AI", flush=True)
+    first = float(np.median(suite.coreai_line(bundle, tokens, warmup)))
+    model = synthetic_model(spec)
+    print(f"[{spec}] ssmport torch eager", flush=True)
+    eager, check_logits = torch_eager_lines(model, tokens, warmup)
+    gc.collect()
+    print(f"[{spec}] transformers", flush=True)
+    peer = TransformersHybridPeer(model)
+    try:
+        peer_timed, peer_record = suite.peer_lines(peer, check_logits, tokens, warmup)
+    finally:
+        peer.close()
+    del model
+    gc.collect()
+    print(f"[{spec}] Core AI again", flush=True)
+    last = float(np.median(suite.coreai_line(bundle, tokens, warmup)))
+    lines = {"coreai": {"ms_per_token": (first + last) / 2, "first_pass_ms": first, "last_pass_ms": last,
+                        "samples": 2 * steps}} | eager | peer_timed  # fmt: skip
+    ours = lines["coreai"]["ms_per_token"]
+    for name, line in lines.items():
+        print(f"  {name:20} {line['ms_per_token']:9.2f} ms/token" + (f"   (Core AI / this: {ours / line['ms_per_token']:.2f})"
+              if name != "coreai" else ""), flush=True)  # fmt: skip
+    print(f"[{spec}] prefill vs the M=1 loop (chunk {chunk})", flush=True)
+    prefill, recurrence = prefill_speed.measure(bundle.path, prompts, repeats, seed=0)
+    m = bundle.manifest
+    return {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "config": m.config,
+            "gate": {k: getattr(m.gate, k, None) for k in ("passed", "top1_agree", "steps", "max_rel_logit_delta")},
+            "states": [s.key for s in m.states], "lines": lines, "peer": peer_record,
+            "ratios": {f"coreai/{k}": ours / v["ms_per_token"] for k, v in lines.items() if k != "coreai"},
+            "prefill": {"chunk": chunk, "runs": prefill, "recurrence": recurrence}}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", action="append", help="PRESET or PRESET:N (first N layers); repeatable")
+    p.add_argument("--steps", type=int, default=32, help="timed tokens per decode line (default 32)")
+    p.add_argument("--warmup", type=int, default=4)
+    p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"prefill chunk (default {DEFAULT_CHUNK})")
+    p.add_argument("--prompts", nargs="+", type=int, default=[64, 512])
+    p.add_argument("--repeats", type=int, default=2)
+    p.add_argument("--work", type=Path, help="where the bundle is written (default: a temporary directory)")
+    p.add_argument("--out", type=Path, help="results JSON")
+    p.add_argument("--export-only", metavar="MODEL", help=argparse.SUPPRESS)  # the child process
+    a = p.parse_args()
+    if a.export_only:
+        export_bundle(a.export_only, a.work / "bundles", a.chunk)
+        return
+    if not a.model:
+        p.error("give at least one --model")
+    results = {"command": " ".join(sys.argv), "machine": suite.machine(), "steps": a.steps, "warmup": a.warmup,
+               "models": []}  # fmt: skip
+    for spec in a.model:
+        with tempfile.TemporaryDirectory(prefix="hybrid-speed-", dir=a.work) as tmp:
+            os.environ["SSMPORT_CACHE"] = str(Path(tmp) / "cache")  # the lowered copy goes with the bundle
+            results["models"].append(run(spec, Path(tmp), a.steps, a.warmup, a.chunk, a.prompts, a.repeats))
+    text = json.dumps(results, indent=2)
+    if a.out:
+        a.out.write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,62 @@
+"""The export form of a Granite-4.0-H layer: the mixer (Mamba-2, from ssmport.models.mamba2,
+or attention from ssmport.models.layers) and the shared SwiGLU MLP, each behind its RMSNorm
+and scaled by residual_multiplier, batched over the T rows."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ssmport.checkpoint import TensorSource
+from ssmport.graph import Embedding, NormHead, Step
+from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, layer
+from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
+from ssmport.models.granite_hybrid.quant import role
+from ssmport.models.hybrid import Mamba2StateMixer
+from ssmport.models.layers import AttentionMixer, AttentionNames, SwiGLU
+from ssmport.ops.norms import rms_norm
+from ssmport.quant.plan import WeightBuilder
+
+
+class ScaledEmbedding(Embedding):
+    """The embedding rows times embedding_multiplier (in fp32, after the lookup, as transformers)."""
+
+    def __init__(self, table: nn.Parameter, multiplier: float):
+        super().__init__(table)
+        self.multiplier = multiplier
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids) * self.multiplier
+
+
+class GraniteHybridLayer(nn.Module):
+    """x + r * mixer(rmsnorm(x)), then x + r * mlp(rmsnorm(x)), r = residual_multiplier."""
+
+    def __init__(self, cfg: GraniteHybridConfig, i: int, src: TensorSource, b: WeightBuilder):
+        super().__init__()
+        p, self.eps, self.r = layer(i), cfg.norm_eps, cfg.residual_multiplier
+        vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
+        self.in_norm, self.mlp_norm = vec(p + "input_layernorm.weight"), vec(p + "post_attention_layernorm.weight")
+        if cfg.layer_types[i] == MAMBA:
+            self.mixer = Mamba2StateMixer(cfg.mixer, p + "mamba.", src, b, role)
+        else:
+            a = p + "self_attn."
+            bias = {f"{n}_bias": f"{a}{n}_proj.bias" for n in "qkvo"} if cfg.attention_bias else {}
+            self.mixer = AttentionMixer(cfg.attention, AttentionNames(*(f"{a}{n}_proj.weight" for n in "qkvo"), **bias), src, b)
+        self.states = self.mixer.states
+        self.mlp = SwiGLU(None, None, p + "shared_mlp.output_linear.weight", src, b, fused=p + "shared_mlp.input_linear.weight")
+
+    def forward(self, x: torch.Tensor, slices: dict, step: Step):
+        out, states = self.mixer(rms_norm(x, self.in_norm, self.eps), slices, step)
+        x = x + out * self.r
+        return x + self.mlp(rms_norm(x, self.mlp_norm, self.eps)) * self.r, states
+
+
+def build(cfg: GraniteHybridConfig, src: TensorSource, b: WeightBuilder):
+    """(embedding, blocks, head). logits_scaling divides the logits; it is folded into the final
+    norm's gain (lm_head(w * x̂) / s = lm_head((w / s) * x̂): one per-channel vector, no extra op)."""
+    embed = ScaledEmbedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)), cfg.embedding_multiplier)
+    blocks = [GraniteHybridLayer(cfg, i, src, b) for i in range(cfg.num_layers)]
+    norm = b.vector(FINAL_NORM, src[FINAL_NORM].float() / cfg.logits_scaling, role(FINAL_NORM))
+    head = b.matmul(HEAD, src[HEAD].t(), role(HEAD), out_dtype=b.recipe.logits_dtype)
+    return embed, blocks, NormHead(head, norm, cfg.norm_eps)

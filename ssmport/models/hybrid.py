@@ -1,0 +1,230 @@
+"""What the hybrid families (LFM2, Granite-4.0-H, Nemotron-H) share beyond their layers: the
+four stacked states in Apple's names and layouts, the context a KV cache is sized for, the
+layer-kind spellings of config.json, the Mamba-2 mixer on the hybrids' states, and the plain
+attention step their references use.
+
+States, one stack per kind, rows in layer order among the layers that use it (Apple's
+`cache_layer_idx`; docs/hybrids.md, "The stacked states"):
+
+    keyCache, valueCache  [L_attn, 1, kv_heads, context, head_dim]   kind "kv"
+    convStates            [L_conv, 1, K, conv_dim]   the last K conv inputs, time-major, oldest first
+    recurrentStates       [L_rec, 1, H, P, N]        Mamba-2's SSM state, transformers' layout
+
+A kind no layer uses is not declared (an all-Mamba Granite has no KV states).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import torch
+from torch import nn
+
+from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.errors import CheckpointError, SsmportError
+from ssmport.graph import Step
+from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionSpec
+from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
+from ssmport.models.mamba2.block import Mamba2Mixer
+from ssmport.models.mamba2.config import MixerSpec, dt_limit
+from ssmport.models.package import PackagedArchitecture
+from ssmport.ops import attention
+from ssmport.ops.norms import rms_norm_naive
+from ssmport.quant.plan import WeightBuilder
+from ssmport.state import KV, StateSpec
+
+CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"
+# The positions a KV cache holds unless the export asks for another number (the exporter's
+# `context`), bounded by what the model was trained for (`max_position_embeddings`).
+DEFAULT_CONTEXT = 4096
+MAX_CONTEXT = 1 << 20
+
+# Layer kinds in transformers' names (LFM2's short conv: "conv"); config.json spells some the
+# legacy way (transformers' `_LEGACY_LAYER_TYPE_REMAP`: released Granite-4.0-H files say
+# "mamba"/"attention").
+ATTENTION, MAMBA, CONV = "full_attention", "linear_attention", "conv"
+LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
+
+
+class HybridConfig:
+    """What the hybrid configs share, mixed into their frozen dataclasses: a kind per layer
+    (`layer_types`) and GQA attention heads."""
+
+    layer_types: tuple[str, ...]
+    num_heads: int
+    num_kv_heads: int
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layer_types)
+
+    def layers_of(self, kind: str) -> int:
+        return self.layer_types.count(kind)
+
+    @property
+    def attention_layers(self) -> int:
+        return self.layers_of(ATTENTION)
+
+    @property
+    def mamba_layers(self) -> int:
+        return self.layers_of(MAMBA)
+
+    def check_layers(self, family: str, kinds: Sequence[str]) -> None:
+        """Known kinds only, at least one layer with a state, whole kv groups."""
+        unknown = sorted({k for k in self.layer_types if k not in kinds})
+        if unknown:
+            raise CheckpointError(f"{family}: unknown layer kind(s) {unknown}")
+        if not any(k in (ATTENTION, MAMBA, CONV) for k in self.layer_types):
+            raise CheckpointError(f"{family}: no layer carries a state (kinds {sorted(set(self.layer_types))})")
+        if self.num_heads % self.num_kv_heads:
+            raise CheckpointError(f"{family}: {self.num_heads} heads do not divide into {self.num_kv_heads} kv heads")
+
+
+def state_specs(c, dtype: torch.dtype) -> list[StateSpec]:
+    """The states of a HybridConfig `c`, in Apple's order: the KV pair of its attention
+    layers (`num_kv_heads`, `context`, `head_dim`), then the conv windows of its LFM2 conv
+    layers (`conv_kernel` x `hidden_size`) or of its Mamba-2 layers with their SSM states (`mixer`)."""
+    specs = kv_specs(c.attention_layers, c.num_kv_heads, c.context, c.head_dim, dtype) if c.attention_layers else []
+    if c.layers_of(CONV):
+        specs.append(conv_spec(c.layers_of(CONV), c.conv_kernel, c.hidden_size, dtype, "conv", "B*x"))
+    if c.mamba_layers:
+        specs += [conv_spec(c.mamba_layers, c.conv_kernel, c.mixer.conv_dim, dtype, "mamba", "x | B | C"),
+                  recurrent_spec(c.mamba_layers, c.mixer, dtype)]  # fmt: skip
+    return specs
+
+
+@dataclass
+class HybridArchitecture(PackagedArchitecture):
+    """A hybrid family's Architecture: its package's parts, its folder loader, `state_specs`."""
+
+    loader: Callable[[Mapping[str, Any], TensorSource], tuple[Any, TensorSource]] | None = None
+
+    def load_hf(self, config_json: Mapping[str, Any], source: TensorSource):
+        return self.loader(config_json, source)
+
+    def state_specs(self, config, state_dtype: torch.dtype) -> list[StateSpec]:
+        return state_specs(config, state_dtype)
+
+    def with_context(self, config, context: int):
+        check_context(context, config.max_position_embeddings)
+        return replace(config, context=context)
+
+
+def max_positions_from(r: ConfigReader) -> int:
+    """The positions the model was trained for (config.json max_position_embeddings)."""
+    return r.int("max_position_embeddings", MAX_CONTEXT, hi=MAX_CONTEXT * 16)
+
+
+def check_context(context: Any, max_positions: int) -> None:
+    """`--context`: a whole number of positions, within MAX_CONTEXT and what the model was trained for."""
+    if isinstance(context, bool) or not isinstance(context, int) or not 1 <= context <= MAX_CONTEXT:
+        raise SsmportError(f"--context {context!r}: give a whole number of positions in [1, {MAX_CONTEXT}]")
+    if context > max_positions:
+        raise SsmportError(f"--context {context} is beyond the model's max_position_embeddings ({max_positions})")
+
+
+def layer_kinds(values: Any, allowed: Sequence[str], r: ConfigReader, key: str) -> tuple[str, ...]:
+    """A config.json list of layer kinds, legacy spellings mapped; any other kind refused."""
+    if not isinstance(values, (list, tuple)) or not values or not all(isinstance(v, str) for v in values):
+        raise CheckpointError(f"{r.origin}: config.json {key}={values!r} is not a list of layer kinds")
+    kinds = tuple(LEGACY_LAYER_TYPES.get(v, v) for v in values)
+    unknown = sorted({k for k in kinds if k not in allowed})
+    if unknown:
+        raise r.unsupported(f"layer kind(s) {', '.join(map(repr, unknown))} in {key} (supported: {', '.join(allowed)})")
+    return kinds
+
+
+def rope_theta(r: ConfigReader, default: float) -> float:
+    """RoPE's base from `rope_parameters` (transformers 5) or the legacy top-level `rope_theta`;
+    a `rope_type` other than "default" (rescaled frequencies) is refused."""
+    params = r.raw("rope_parameters", None)
+    legacy = r.raw("rope_scaling", None)
+    for given in (params, legacy):
+        if given is not None and not isinstance(given, Mapping):
+            raise CheckpointError(f"{r.origin}: config.json rope_parameters / rope_scaling {given!r} is not an object")
+        kind = (given or {}).get("rope_type", (given or {}).get("type", "default"))
+        if kind != "default":
+            raise r.unsupported(f"rope_type {kind!r} (only the default RoPE)")
+    if params and "rope_theta" in params:
+        return ConfigReader(params, r.origin, r.family).float("rope_theta", positive=True)
+    return r.float("rope_theta", default, positive=True)
+
+
+def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
+                 conv_suffix: str, what: str) -> MappedSource:  # fmt: skip
+    """The canonical-name view of a checkpoint, after one strict check of every name and shape.
+    `renamed`: canonical -> checkpoint name where they differ (a tied head: the embedding);
+    depthwise convs (names ending in `conv_suffix`) are read [C, 1, K] and squeezed to [C, K]."""
+    names = {n: (renamed.get(n, n), conv_f32 if n.endswith(conv_suffix) else as_f32) for n in canonical}
+    native_shapes = native_conv_shapes(canonical, conv_suffix)
+    check_strict(source, {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()}, what=what)
+    return MappedSource(source, names, canonical)
+
+
+def refuse_dt_clamp(r: ConfigReader, key: str, why: str) -> None:
+    """Refuse a dt clamp other than [0, inf) (`key` absent or null counts as none)."""
+    lo, hi = dt_limit(r, key)
+    if lo > 0 or hi is not None:
+        raise r.unsupported(f"{key}=[{lo:g}, {hi if hi is not None else 'inf'}] ({why})")
+
+
+def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
+    shape, layout = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
+    return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
+
+
+def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, kind: str, what: str) -> StateSpec:
+    return StateSpec(CONV_STATES, (layers, 1, kernel, channels), dtype,
+                     f"[{kind} layer, batch, time: the last K conv inputs, oldest first, channel ({what})]")  # fmt: skip
+
+
+def recurrent_spec(layers: int, mixer: MixerSpec, dtype: torch.dtype) -> StateSpec:
+    return StateSpec(RECURRENT_STATES, (layers, 1, mixer.num_heads, mixer.head_dim, mixer.state_size), dtype,
+                     "[mamba layer, batch, head, head_dim, state]")  # fmt: skip
+
+
+class Mamba2StateMixer(nn.Module):
+    """The Mamba-2 mixer (ssmport.models.mamba2.block.Mamba2Mixer) over the hybrids' states:
+    convStates [K, conv_dim] is already the time-major window it takes; recurrentStates [H, P, N]."""
+
+    states = (CONV_STATES, RECURRENT_STATES)
+
+    def __init__(self, spec: MixerSpec, prefix: str, src: TensorSource, b: WeightBuilder, role: Callable[[str], str]):
+        super().__init__()
+        self.mixer = Mamba2Mixer(spec, prefix, src, b, role)
+
+    def forward(self, h: torch.Tensor, slices: dict, step: Step):
+        out, conv, S = self.mixer(h, slices[CONV_STATES].float(), slices[RECURRENT_STATES].float(), step)
+        return out, {CONV_STATES: conv, RECURRENT_STATES: S}
+
+
+# --------------------------------------------------------------------------- references
+
+
+def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.Tensor, keys: list, values: list,
+                   position: int) -> torch.Tensor:  # fmt: skip
+    """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
+    ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
+    `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
+    which this token's are appended. Returns o_proj's output [C]."""
+    s = spec
+    bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
+    q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
+    k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
+    v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
+    if s.qk_norm:  # per head; "rms_offset" is the zero-centred norm, gain 1 + w
+        offset = 1.0 if s.qk_norm == "rms_offset" else 0.0
+        q = rms_norm_naive(q, w["q_norm"] + offset, s.norm_eps)
+        k = rms_norm_naive(k, w["k_norm"] + offset, s.norm_eps)
+    if s.rotary_dim:
+        pos = torch.tensor([position])
+        q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta)[0]
+        k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta)[0]
+    past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
+    past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
+    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale)
+    keys.append(k)
+    values.append(v)
+    return w["o"] @ o.reshape(-1) + bias("o_bias")

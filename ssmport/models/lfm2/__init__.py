@@ -1,0 +1,22 @@
+"""LFM2 / LFM2.5 (Liquid AI): gated short convs and GQA attention. The architecture object.
+
+Liquid AI's other model types (`lfm2_moe`, `lfm2_vl`) are not claimed: a folder or Hub repo
+of theirs is refused by the registry in one line, before any weights are downloaded."""
+
+from __future__ import annotations
+
+from ssmport.models.hybrid import HybridArchitecture
+from ssmport.models.lfm2 import block, checkpoints, quant, synthetic
+from ssmport.models.lfm2.config import PRESETS, Lfm2Config
+from ssmport.models.lfm2.reference import Lfm2Reference
+from ssmport.models.package import package_parts
+
+LFM2 = HybridArchitecture(
+    name="lfm2",
+    description="LFM2 / LFM2.5 (Liquid AI): gated short convs + GQA attention with a KV cache",
+    hf_architectures=("Lfm2ForCausalLM",),
+    presets=PRESETS,
+    tiny_preset="lfm2-tiny",
+    loader=checkpoints.load,
+    **package_parts(Lfm2Config, Lfm2Reference, checkpoints, synthetic, block, quant),
+)

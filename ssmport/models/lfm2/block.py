@@ -1,0 +1,84 @@
+"""The export form of an LFM2 layer: the operator (the gated short conv, or attention from
+ssmport.models.layers) and the SwiGLU MLP, each behind its RMSNorm, batched over the T rows.
+The conv has no recurrence beyond its window, so decode and prefill are the same code."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from ssmport.checkpoint import TensorSource
+from ssmport.graph import Embedding, NormHead, Step
+from ssmport.models.hybrid import CONV_STATES
+from ssmport.models.layers import AttentionMixer, AttentionNames, SwiGLU
+from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, layer
+from ssmport.models.lfm2.config import CONV, Lfm2Config
+from ssmport.models.lfm2.quant import role
+from ssmport.ops.conv import causal_conv
+from ssmport.ops.norms import rms_norm
+from ssmport.quant.plan import WeightBuilder
+
+
+class GatedShortConv(nn.Module):
+    """B | C | x = in_proj(h); the depthwise causal conv of B*x over the last K inputs
+    (convStates [K, H], time-major); out_proj(C * conv). No activation anywhere."""
+
+    states = (CONV_STATES,)
+
+    def __init__(self, cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder):
+        super().__init__()
+        self.cfg, c = cfg, layer(i) + "conv."
+        self.in_proj = b.matmul(c + "in_proj.weight", src[c + "in_proj.weight"].t(), role(c + "in_proj.weight"))
+        name = layer(i) + CONV_WEIGHT
+        self.conv_w = b.vector(name, src[name].t().contiguous(), role(name))  # [K, H]: tap j multiplies row t-K+1+j
+        self.out_proj = b.matmul(c + "out_proj.weight", src[c + "out_proj.weight"].t(), role(c + "out_proj.weight"))
+        if cfg.conv_bias:
+            self.in_bias, self.conv_b, self.out_bias = (b.vector(c + n, src[c + n], role(c + n))
+                                                        for n in ("in_proj.bias", "conv.bias", "out_proj.bias"))  # fmt: skip
+
+    def forward(self, h: torch.Tensor, slices: dict, step: Step):
+        H = self.cfg.hidden_size
+        BCx = self.in_proj(h)
+        if self.cfg.conv_bias:
+            BCx = BCx + self.in_bias
+        B, C, x = BCx.split([H, H, H], dim=-1)
+        y, window = causal_conv(slices[CONV_STATES].float(), B * x, self.conv_w, step.valid_len)
+        if self.cfg.conv_bias:
+            y = y + self.conv_b
+        out = self.out_proj(C * y)
+        if self.cfg.conv_bias:
+            out = out + self.out_bias
+        return out, {CONV_STATES: window}
+
+
+class Lfm2Layer(nn.Module):
+    """x + op(rmsnorm(x)), then x + mlp(rmsnorm(x)). Its states are its operator's."""
+
+    def __init__(self, cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder):
+        super().__init__()
+        p, self.eps = layer(i), cfg.norm_eps
+        vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
+        self.op_norm, self.ffn_norm = vec(p + "operator_norm.weight"), vec(p + "ffn_norm.weight")
+        if cfg.layer_types[i] == CONV:
+            self.op = GatedShortConv(cfg, i, src, b)
+        else:
+            a = p + "self_attn."
+            names = AttentionNames(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight", a + "out_proj.weight",
+                                   q_norm=a + "q_layernorm.weight", k_norm=a + "k_layernorm.weight")  # fmt: skip
+            self.op = AttentionMixer(cfg.attention, names, src, b)
+        self.states = self.op.states
+        f = p + "feed_forward."
+        self.mlp = SwiGLU(f + "w1.weight", f + "w3.weight", f + "w2.weight", src, b)
+
+    def forward(self, x: torch.Tensor, slices: dict, step: Step):
+        out, states = self.op(rms_norm(x, self.op_norm, self.eps), slices, step)
+        x = x + out
+        return x + self.mlp(rms_norm(x, self.ffn_norm, self.eps)), states
+
+
+def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder):
+    embed = Embedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)))
+    blocks = [Lfm2Layer(cfg, i, src, b) for i in range(cfg.num_layers)]
+    norm = b.vector("model.embedding_norm.weight", src["model.embedding_norm.weight"], role("model.embedding_norm.weight"))
+    head = b.matmul(HEAD, src[HEAD].t(), role(HEAD), out_dtype=b.recipe.logits_dtype)
+    return embed, blocks, NormHead(head, norm, cfg.norm_eps)

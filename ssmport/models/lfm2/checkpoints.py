@@ -1,0 +1,50 @@
+"""LFM2 weights: canonical names are transformers' (`model.*`, nn.Linear [out, in]), the short
+conv squeezed to [H, K], the head always present (a tied folder's is its embedding)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ssmport.checkpoint import TensorSource
+from ssmport.models.hybrid import CONV
+from ssmport.models.lfm2.config import Lfm2Config, from_transformers
+from ssmport.models.hybrid import checked_view
+from ssmport.models.loading import check_layer_count, head_name
+
+EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
+CONV_WEIGHT = "conv.conv.weight"
+
+
+def layer(i: int) -> str:
+    return f"model.layers.{i}."
+
+
+def canonical_shapes(cfg: Lfm2Config) -> dict[str, tuple[int, ...]]:
+    H, V, F, hd = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size, cfg.head_dim
+    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    shapes: dict[str, tuple[int, ...]] = {EMBEDDING: (V, H)}
+    for i, kind in enumerate(cfg.layer_types):
+        p = layer(i)
+        shapes |= {p + "operator_norm.weight": (H,), p + "ffn_norm.weight": (H,)}
+        if kind == CONV:
+            c = p + "conv."
+            shapes |= {c + "in_proj.weight": (3 * H, H), p + CONV_WEIGHT: (H, cfg.conv_kernel), c + "out_proj.weight": (H, H)}
+            if cfg.conv_bias:
+                shapes |= {c + "in_proj.bias": (3 * H,), c + "conv.bias": (H,), c + "out_proj.bias": (H,)}
+        else:
+            a = p + "self_attn."
+            shapes |= {a + "q_proj.weight": (q, H), a + "k_proj.weight": (kv, H), a + "v_proj.weight": (kv, H),
+                       a + "out_proj.weight": (H, q), a + "q_layernorm.weight": (hd,), a + "k_layernorm.weight": (hd,)}  # fmt: skip
+        f = p + "feed_forward."
+        shapes |= {f + "w1.weight": (F, H), f + "w3.weight": (F, H), f + "w2.weight": (H, F)}
+    return shapes | {"model.embedding_norm.weight": (H,), HEAD: (V, H)}
+
+
+def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Lfm2Config, TensorSource]:
+    """An `Lfm2ForCausalLM` folder (either config spelling)."""
+    cfg, tied = from_transformers(cj, source.origin)
+    cfg.validate()
+    check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
+    head = head_name(tied, source, HEAD, EMBEDDING)
+    return cfg, checked_view(source, canonical_shapes(cfg), {HEAD: head}, CONV_WEIGHT, f"LFM2 {cfg.describe()}")

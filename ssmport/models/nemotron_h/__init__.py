@@ -1,0 +1,20 @@
+"""Nemotron-H (NVIDIA, dense releases): Mamba-2, attention and MLP layers in the order of
+`hybrid_override_pattern`. The architecture object."""
+
+from __future__ import annotations
+
+from ssmport.models.hybrid import HybridArchitecture
+from ssmport.models.nemotron_h import block, checkpoints, quant, synthetic
+from ssmport.models.nemotron_h.config import PRESETS, NemotronHConfig
+from ssmport.models.nemotron_h.reference import NemotronHReference
+from ssmport.models.package import package_parts
+
+NEMOTRON_H = HybridArchitecture(
+    name="nemotron_h",
+    description="Nemotron-H (NVIDIA, dense): Mamba-2, attention and relu^2 MLP layers in a pattern",
+    hf_architectures=("NemotronHForCausalLM",),
+    presets=PRESETS,
+    tiny_preset="nemotron-h-tiny",
+    loader=checkpoints.load,
+    **package_parts(NemotronHConfig, NemotronHReference, checkpoints, synthetic, block, quant),
+)

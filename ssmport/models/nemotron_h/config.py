@@ -1,0 +1,158 @@
+"""Nemotron-H config (transformers' NemotronHConfig, dense releases), presets, and the dt clamp.
+
+**dt is not clamped** (the mixer's MixerSpec has dt_min 0, no dt_max). transformers 5.23's
+Nemotron-H mixer passes (time_step_min, inf) to its chunked scan but nothing to its one-token
+update, so its own prompt processing and decoding disagree once softplus(dt + dt_bias) falls
+below time_step_min (tests/test_hybrid_files.py pins that). NVIDIA's remote code (a public copy
+of its modeling_nemotron_h.py) runs, on a GPU, mamba_ssm's kernels: the chunk scan with
+dt_limit = time_step_limit, (0, inf) by default, and selective_state_update, which clamps
+nothing; only its CPU fallback clamps at time_step_min. mlx-lm clamps to time_step_limit in
+both paths. So ssmport follows time_step_limit (the GPU path the models are run with): it
+equals transformers' one-token update, and a time_step_limit other than (0, inf) is refused
+rather than guessed at (tests/test_nemotron_h.py keeps a fixture with dt below time_step_min)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ssmport.architectures.base import HubSource, Preset
+from ssmport.errors import CheckpointError
+from ssmport.models.hybrid import (
+    ATTENTION,
+    DEFAULT_CONTEXT,
+    MAMBA,
+    MAX_CONTEXT,
+    HybridConfig,
+    layer_kinds,
+    max_positions_from,
+    refuse_dt_clamp,
+)
+from ssmport.models.layers import AttentionSpec
+from ssmport.models.loading import ConfigReader
+from ssmport.models.mamba2.config import MixerSpec
+
+MLP = "mlp"
+PATTERN_KINDS = {"M": MAMBA, "*": ATTENTION, "-": MLP}  # hybrid_override_pattern, one char per layer
+KIND_CHARS = {kind: char for char, kind in PATTERN_KINDS.items()}
+
+
+@dataclass(frozen=True)
+class NemotronHConfig(HybridConfig):
+    vocab_size: int
+    hidden_size: int  # H
+    pattern: str  # hybrid_override_pattern: M Mamba-2, * attention, - MLP; the layers in order
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int  # F of the relu^2 MLP layers
+    mamba_heads: int
+    mamba_head_dim: int
+    state_size: int  # N
+    n_groups: int
+    conv_kernel: int = 4
+    conv_bias: bool = True
+    norm_eps: float = 1e-5  # every RMSNorm, the mixer's gated one included
+    context: int = DEFAULT_CONTEXT  # positions the KV cache holds (--context)
+    max_position_embeddings: int = MAX_CONTEXT  # what the model was trained for: --context's bound
+
+    @property
+    def layer_types(self) -> tuple[str, ...]:
+        return tuple(PATTERN_KINDS.get(c, c) for c in self.pattern)
+
+    @property
+    def mixer(self) -> MixerSpec:
+        return MixerSpec(self.mamba_heads, self.mamba_head_dim, self.state_size, self.n_groups, self.conv_kernel,
+                         self.conv_bias, False, self.norm_eps)  # fmt: skip
+
+    @property
+    def attention(self) -> AttentionSpec:
+        """No positional encoding, no q/k norm, scale head_dim^-0.5."""
+        return AttentionSpec(self.num_heads, self.num_kv_heads, self.head_dim)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def validate(self) -> None:
+        self.check_layers(f"Nemotron-H pattern {self.pattern!r}", tuple(PATTERN_KINDS.values()))
+        self.mixer.validate("Nemotron-H")
+
+    def describe(self) -> str:
+        return (f"({self.pattern}: H={self.hidden_size}, heads {self.num_heads}/{self.num_kv_heads}x{self.head_dim}, "
+                f"F={self.intermediate_size}, mamba {self.mamba_heads}x{self.mamba_head_dim} N={self.state_size} "
+                f"G={self.n_groups}, V={self.vocab_size})")  # fmt: skip
+
+
+def _pattern(cj: Mapping[str, Any], r: ConfigReader) -> str:
+    """The layer stack: a `layers_block_type` list (what transformers 5 saves; it wins, as in
+    transformers) or the released `hybrid_override_pattern` string."""
+    for key in ("layers_block_type", "layer_types"):
+        if key in cj:
+            kinds = layer_kinds(cj[key], (MAMBA, ATTENTION, MLP, "moe"), r, key)
+            return "".join(KIND_CHARS.get(k, "E") for k in kinds)
+    pattern = r.raw("hybrid_override_pattern")
+    if not isinstance(pattern, str) or not pattern:
+        raise CheckpointError(f"{r.origin}: config.json hybrid_override_pattern={pattern!r} is not a layer pattern")
+    return pattern
+
+
+def from_transformers(cj: Mapping[str, Any], origin: str) -> NemotronHConfig:
+    """A NemotronHConfig config.json; missing keys take transformers' defaults."""
+    r = ConfigReader(cj, origin, "Nemotron-H")
+    max_positions = max_positions_from(r)
+    pattern = _pattern(cj, r)
+    head_dim, eps = r.int("head_dim", 128), r.float("layer_norm_epsilon", 1e-5, positive=True)
+    # Keys transformers 5.23 does not read, refused where they would change the model.
+    r.refuse({"MoE layers ('E' in the layer pattern; only the dense releases)": "E" in pattern,
+              f"unknown layer kind(s) {sorted(set(pattern) - set(PATTERN_KINDS) - {'E'})} in the layer pattern":
+                  bool(set(pattern) - set(PATTERN_KINDS) - {"E"}),
+              f"attention_head_dim={cj.get('attention_head_dim')} != head_dim={head_dim} (transformers builds head_dim)":
+                  "attention_head_dim" in cj and cj["attention_head_dim"] != head_dim,
+              "attention_bias=true (transformers builds no attention biases)": bool(cj.get("attention_bias", False)),
+              "mlp_bias=true": bool(cj.get("mlp_bias", False)),
+              "Mamba projection biases (use_bias / mamba_proj_bias)": bool(cj.get("use_bias") or cj.get("mamba_proj_bias")),
+              f"mlp_hidden_act={cj.get('mlp_hidden_act')!r} (relu2 only)": cj.get("mlp_hidden_act", "relu2") != "relu2",
+              f"mamba_hidden_act={cj.get('mamba_hidden_act')!r}": cj.get("mamba_hidden_act", "silu") not in ("silu", "swish"),
+              f"rms_norm_eps={cj.get('rms_norm_eps')} != layer_norm_epsilon={eps} (transformers reads the latter)":
+                  "rms_norm_eps" in cj and cj["rms_norm_eps"] != eps})  # fmt: skip
+    key = "mamba_dt_limit" if "mamba_dt_limit" in cj else "time_step_limit"
+    refuse_dt_clamp(r, key, "transformers ignores it, NVIDIA's kernels apply it")
+    legacy = lambda new, old, default: r.int(old if old in cj else new, default)  # noqa: E731  (transformers' renames)
+    return NemotronHConfig(
+        vocab_size=r.int("vocab_size", 131072), hidden_size=r.int("hidden_size", 4096), pattern=pattern,
+        num_heads=r.int("num_attention_heads", 32), num_kv_heads=r.int("num_key_value_heads", 8), head_dim=head_dim,
+        intermediate_size=r.int("intermediate_size", 21504), mamba_heads=r.int("mamba_num_heads", 128),
+        mamba_head_dim=r.int("mamba_head_dim", 64), state_size=r.int("ssm_state_size", 128),
+        n_groups=legacy("n_groups", "mamba_n_groups", 8), conv_kernel=legacy("conv_kernel", "mamba_d_conv", 4),
+        conv_bias=r.bool("mamba_conv_bias" if "mamba_conv_bias" in cj else "use_conv_bias", True), norm_eps=eps,
+        context=min(DEFAULT_CONTEXT, max_positions), max_position_embeddings=max_positions,
+    )  # fmt: skip
+
+
+# The dense Nemotron-H releases (docs/hybrids.md section 5): vocab 131072, untied, relu2,
+# Mamba-2 state 128, conv 4, 8 groups.
+PRESETS = (
+    Preset("nemotron-h-4b", "nemotron_h",
+           {"vocab_size": 131072, "hidden_size": 3136, "pattern": "M-M-M-MM-M-M*-M-M*-M-M-M*-M-M-MM*-MMM-M-M-",
+            "num_heads": 40, "num_kv_heads": 8, "head_dim": 128, "intermediate_size": 12544, "mamba_heads": 96,
+            "mamba_head_dim": 80, "state_size": 128, "n_groups": 8},
+           "NVIDIA Nemotron-H 4B (42 layers: 21 Mamba-2, 4 attention, 17 MLP; H3136, 40/8 heads, MLP 12544, "
+           "mamba 96x80; 3,973,556,832 parameters): third-party config copies, repo id unconfirmed (--weights)",
+           True),
+    Preset("nemotron-h-8b", "nemotron_h",
+           {"vocab_size": 131072, "hidden_size": 4096,
+            "pattern": "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-", "num_heads": 32, "num_kv_heads": 8,
+            "head_dim": 128, "intermediate_size": 21504, "mamba_heads": 128, "mamba_head_dim": 64, "state_size": 128,
+            "n_groups": 8},
+           "NVIDIA Nemotron-H-8B-Base-8K (52 layers: 24 Mamba-2, 4 attention, 24 MLP; H4096, 32/8 heads, mamba 128x64; "
+           "MLP 21504 unconfirmed: transformers' default)", True,
+           HubSource("nvidia/Nemotron-H-8B-Base-8K",
+                     confirmed="named by third-party config copies; the paper's 47B/56B repos are named alike")),
+    Preset("nemotron-h-tiny", "nemotron_h",
+           {"vocab_size": 512, "hidden_size": 128, "pattern": "M*-M-*M", "num_heads": 4, "num_kv_heads": 2, "head_dim": 48,
+            "intermediate_size": 256, "mamba_heads": 8, "mamba_head_dim": 32, "state_size": 48, "n_groups": 2,
+            "context": 64},
+           "test model: pattern M*-M-*M, H128, 4/2 heads of 48 (heads x head_dim != H), mamba 8x32 N48 G2, "
+           "synthetic weights from a fixed seed", released=False),
+)  # fmt: skip

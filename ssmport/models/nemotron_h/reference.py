@@ -1,0 +1,56 @@
+"""The Nemotron-H reference: plain fp32, one token at a time, written for reading.
+
+    x = embeddings[id]
+    per layer:  x = x + mixer(rmsnorm(x; norm))     the layer's kind from the pattern:
+                M  Mamba-2 (ssmport.models.mamba2.reference.mixer_step; dt not clamped, see config.py)
+                *  GQA attention, no positional encoding, scale head_dim^-0.5
+                -  down_proj(relu(up_proj(h))^2)
+    logits = lm_head(rmsnorm(x; norm_f))
+
+(NVIDIA's Nemotron-H; transformers' `NemotronHForCausalLM`)."""
+
+from __future__ import annotations
+
+import torch
+
+from ssmport.checkpoint import TensorSource
+from ssmport.models.hybrid import attention_step
+from ssmport.models.mamba2.reference import mixer_step
+from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, canonical_shapes, layer
+from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig
+from ssmport.ops.norms import rms_norm_naive
+
+
+class NemotronHReference:
+    """State: per Mamba-2 layer its conv window [conv_dim, K] and SSM state [H, P, N]; per
+    attention layer the K and V rows of every token so far; the position. MLP layers hold none."""
+
+    def __init__(self, cfg: NemotronHConfig, weights: TensorSource):
+        self.cfg = cfg
+        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+
+    def zero_state(self) -> dict:
+        c, m = self.cfg, self.cfg.mixer
+        mambas = [i for i, kind in enumerate(c.layer_types) if kind == MAMBA]
+        attns = [i for i, kind in enumerate(c.layer_types) if kind == ATTENTION]
+        return {"position": 0, "conv": {i: torch.zeros(m.conv_dim, m.conv_kernel) for i in mambas},
+                "ssm": {i: torch.zeros(m.num_heads, m.head_dim, m.state_size) for i in mambas},
+                "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
+
+    def step(self, token: int, state: dict) -> torch.Tensor:
+        c, w = self.cfg, self.w
+        x = w[EMBEDDING][token]
+        for i, kind in enumerate(c.layer_types):
+            m = layer(i) + "mixer."
+            h = rms_norm_naive(x, w[layer(i) + "norm.weight"], c.norm_eps)
+            mixer = {k.removeprefix(m): v for k, v in w.items() if k.startswith(m)}
+            if kind == MAMBA:
+                out, state["conv"][i] = mixer_step(c.mixer, mixer, h, state["conv"][i], state["ssm"][i])
+            elif kind == ATTENTION:
+                attn = {n: mixer[f"{n}_proj.weight"] for n in "qkvo"}
+                out = attention_step(c.attention, attn, h, state["K"][i], state["V"][i], state["position"])
+            else:
+                out = mixer["down_proj.weight"] @ torch.relu(mixer["up_proj.weight"] @ h) ** 2
+            x = x + out
+        state["position"] += 1
+        return w[HEAD] @ rms_norm_naive(x, w[FINAL_NORM], c.norm_eps)

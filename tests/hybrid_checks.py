@@ -1,0 +1,107 @@
+"""What the LFM2, Granite-4.0-H and Nemotron-H tests share: each family's fixture writer (with
+transformers' own classes, tests/hybrid_files.py), its chat template over the fixture's marker
+tokens, and the checks of an export against transformers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+import hybrid_files as hf
+from ssmport.runtime.chat import ChatTemplate
+from ssmport.torch_runner import TorchRunner
+
+TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 12, 12, 91, 0]  # a repeat: the state must carry
+CORE_AI_ATOL = 2e-3  # fp32 bundle vs transformers' fp32 torch path (the issue's bound)
+EAGER_RTOL = 1e-4  # ssmport's fp32 torch module vs transformers: summation order only
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str  # the fixture's name in hybrid_files.write_all
+    architecture: str  # ssmport's architecture name (model_type)
+    chat: str  # hybrid_files.CHAT_TOKENS key
+    write: object  # (folder) -> folder, with transformers' own class
+
+
+FAMILIES = {
+    "lfm2": Family("lfm2", "lfm2", "lfm2", lambda f: hf.write_lfm2(f, hf.Lfm2Dims(), seed=3)),
+    "granite-h": Family("granite-h", "granitemoehybrid", "granite", lambda f: hf.write_granite_h(f, hf.GraniteDims(), seed=4)),
+    "nemotron-h": Family("nemotron-h", "nemotron_h", "nemotron_h",
+                         lambda f: hf.write_nemotron_h(f, hf.NemotronDims(), seed=5)),
+}  # fmt: skip
+
+
+def chat_template(family: Family, tokenizer_json: Path) -> ChatTemplate:
+    """The fixture's ChatML-style template (hybrid_files.write_tokenizer) as a ChatTemplate."""
+    from tokenizers import Tokenizer
+
+    start, end, eos = hf.CHAT_TOKENS[family.chat]
+    return ChatTemplate(first_user=f"{start}user\n{{message}}{end}\n{start}assistant\n",
+                        next_user=f"{end}\n{start}user\n{{message}}{end}\n{start}assistant\n",
+                        stop_strings=(end,), eos_ids=(Tokenizer.from_file(str(tokenizer_json)).token_to_id(eos),))  # fmt: skip
+
+
+def eager_logits(model, tokens: list[int]) -> np.ndarray:
+    """ssmport's fp32 export-form module in torch, one token at a time: [T, V]."""
+    runner = TorchRunner(model, "fp32")
+    try:
+        return np.stack([runner.step(t) for t in tokens])
+    finally:
+        runner.close()
+
+
+def assert_close_to(ours: np.ndarray, theirs: torch.Tensor | np.ndarray, rtol: float = EAGER_RTOL) -> None:
+    """max |Δ| within rtol of the logit scale, and the same top-1 at every step."""
+    theirs = np.asarray(theirs)
+    err = np.abs(ours - theirs).max()
+    assert err <= rtol * max(1.0, np.abs(theirs).max()), f"max |Δlogits| {err:.3g}"
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+
+
+def differs(ours: np.ndarray, theirs, at_least: float = 1e-3) -> bool:
+    """Apart by more than `at_least` somewhere: 10x the parity bound at these logit scales (~3)."""
+    return float(np.abs(ours - np.asarray(theirs)).max()) > at_least
+
+
+def tensors_of(folder: Path) -> dict[str, torch.Tensor]:
+    out = {}
+    for f in sorted(folder.glob("*.safetensors")):
+        with safe_open(str(f), "pt") as h:
+            out |= {k: h.get_tensor(k) for k in h.keys()}
+    return out
+
+
+def rewrite(folder: Path, dst: Path, tensors: dict[str, torch.Tensor] | None = None, config_edit=None) -> Path:
+    """A copy of a fixture folder with other tensors and/or an edited config.json."""
+    shutil.copytree(folder, dst, ignore=shutil.ignore_patterns("*.safetensors", "*.safetensors.index.json"))
+    save_file({k: v.contiguous() for k, v in (tensors if tensors is not None else tensors_of(folder)).items()},
+              str(dst / "model.safetensors"), metadata={"format": "pt"})  # fmt: skip
+    if config_edit is not None:
+        config = json.loads((dst / "config.json").read_text())
+        config_edit(config)
+        (dst / "config.json").write_text(json.dumps(config, indent=2))
+    return dst
+
+
+def eager_prefill_logits(model, tokens: list[int]) -> np.ndarray:
+    """The last logits [V] of ssmport's fp32 prefill module in torch, the tokens fed in chunks
+    of prefill_checks.CHUNK at their positions (the last chunk padded)."""
+    from prefill_checks import CHUNK, eager_modules
+
+    module = eager_modules(model)[1]
+    with torch.no_grad():
+        for start in range(0, len(tokens), CHUNK):
+            part = tokens[start : start + CHUNK]
+            ids = torch.zeros(1, CHUNK, dtype=torch.int32)
+            ids[0, : len(part)] = torch.tensor(part)
+            positions = torch.arange(start, start + CHUNK, dtype=torch.int32).view(1, CHUNK)
+            logits = module(ids, positions, torch.tensor([len(part)], dtype=torch.int32))
+    return logits.reshape(-1).numpy()
