@@ -46,6 +46,9 @@ def add_parser(sub) -> None:
                    help="ssmport (default): main [1,1] + padded prefill chunks; apple: the functions, "
                    "states and files Apple's CoreAILanguageModels engines load and drive "
                    "(docs/apple-engines.md; check with `ssmport check-engine`)")  # fmt: skip
+    p.add_argument("--profile-memory", action="store_true",
+                   help="trace the peak RSS of every stage (loading, building, torch.export, conversion, "
+                   "writing, lowering, the gate); printed after the export and recorded in the manifest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
@@ -70,6 +73,7 @@ def run(args) -> int:
         progress=not args.quiet,
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
         layout=args.layout,
+        profile_memory=args.profile_memory,
     )
     m = result.manifest
     for note in m.notes:
@@ -78,6 +82,8 @@ def run(args) -> int:
     print(f"bundle: {result.path}{synthetic}")
     print(f"asset: {human_bytes(m.asset.bytes)} ({m.recipe.name}, state {m.recipe.state_dtype}), "
           f"export {m.export['seconds']:.1f} s, peak RSS {m.export['peak_rss_mb']:.0f} MB")  # fmt: skip
+    if result.memory is not None:
+        print("\n".join(result.memory.lines()))
     if result.gate_headline:
         print(f"gate: {result.gate_headline}", flush=True)
         if not m.gate.passed:
