@@ -13,7 +13,7 @@ from ssmport.memory import section
 from ssmport.runtime import Runner
 from ssmport.runtime.lowering import ensure_lowered
 from ssmport.sources import rebuild_source
-from ssmport.torch_runner import ReplayedReference, reference_logits
+from ssmport.gate_reference import ReplayedReference, reference_logits
 
 DEFAULT_PROMPTS = 3
 DEFAULT_STEPS = 32
@@ -41,7 +41,7 @@ def gate_bundle(
     """Gate `bundle` against the fp32 torch reference built from its source weights.
 
     The reference's logits for every stream are computed first (a large model's layer by
-    layer, see `torch_runner.reference_logits`) and its weights released; then the bundle
+    layer, see `gate_reference.reference_logits`) and its weights released; then the bundle
     is lowered and loaded, so the gate's peak is the larger of the two, not their sum."""
     m = bundle.manifest
     recipe = get_recipe(m.recipe.name)
