@@ -1,5 +1,7 @@
 """Peak RSS and wall time of `ssmport export --synthetic --profile-memory`, one run per line.
 
+A line is PRESET:RECIPE (synthetic weights) or CHECKPOINT:RECIPE (a .pth or folder on disk).
+
 Each line is a fresh process (`python -m ssmport.cli.main export PRESET --synthetic --quant Q
 --profile-memory`), taking the heavy-work lock (/tmp/ssmport-heavy.lock) for its run only, with
 its own lowering cache; the bundle and the lowered copy are deleted after the line is read, so
@@ -44,7 +46,8 @@ def heavy_lock():
 
 def run_line(preset: str, quant: str, gate_steps: int, work: Path) -> dict:
     out, cache = work / "out", work / "cache"
-    cmd = [sys.executable, "-m", "ssmport.cli.main", "export", preset, "--synthetic", "--quant", quant,
+    weights = [] if Path(preset).exists() else ["--synthetic"]  # a checkpoint file or folder: its own weights
+    cmd = [sys.executable, "-m", "ssmport.cli.main", "export", preset, *weights, "--quant", quant,
            "-o", str(out), "--overwrite", "--profile-memory", "-q", "--gate-steps", str(gate_steps)]  # fmt: skip
     env = dict(os.environ, SSMPORT_CACHE=str(cache))
     with heavy_lock():
@@ -99,7 +102,7 @@ def table(lines: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("lines", nargs="+", help="PRESET:RECIPE, one export each")
+    ap.add_argument("lines", nargs="+", help="PRESET:RECIPE (synthetic weights) or CHECKPOINT:RECIPE, one export each")
     ap.add_argument("--gate-steps", type=int, default=8)
     ap.add_argument("--json", type=Path, help="write every line (with its stage trace) here")
     ap.add_argument("--work", type=Path, help="where bundles go while measured (default: a temp dir)")
