@@ -37,6 +37,12 @@ _SAFETENSORS_DTYPES = {
 }
 
 
+def storage_key(t: torch.Tensor) -> int:
+    """The identity of a tensor's storage: the same for every view and detached alias of it,
+    and stable when the storage is resized."""
+    return t.untyped_storage()._cdata
+
+
 class TensorSource(Mapping[str, torch.Tensor]):
     """Read-only name -> tensor mapping that can report shapes without loading data.
 
@@ -61,6 +67,15 @@ class TensorSource(Mapping[str, torch.Tensor]):
         """Every tensor's shape, by name."""
         return {name: self.shape(name) for name in self}
 
+    def release_pages(self) -> None:
+        """Let go of the memory-mapped file pages reading has made resident (they count in
+        this process's RSS until then). Tensors already read stay valid. Default: nothing."""
+
+    def storage_keys(self) -> frozenset[int]:
+        """The storages of tensors this source keeps (`storage_key`): what a consumer must
+        never free. Default: none (every read makes a new tensor)."""
+        return frozenset()
+
 
 class DictSource(TensorSource):
     """In-memory tensors (synthetic weights, tests)."""
@@ -83,6 +98,9 @@ class DictSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._tensors[name].dtype
+
+    def storage_keys(self) -> frozenset[int]:
+        return frozenset(storage_key(t) for t in self._tensors.values())
 
 
 class GeneratedSource(TensorSource):
@@ -123,6 +141,7 @@ class PthSource(DictSource):
     """A flat `{name: tensor}` pickle (BlinkDL `.pth`, HF `pytorch_model.bin`), memory-mapped."""
 
     def __init__(self, paths: list[Path]):
+        self._paths = list(paths)
         tensors: dict[str, torch.Tensor] = {}
         for path in paths:
             for name, tensor in _torch_load(path).items():
@@ -130,6 +149,9 @@ class PthSource(DictSource):
                     raise CheckpointError(f"{path}: tensor {name!r} appears in more than one shard")
                 tensors[name] = tensor
         super().__init__(tensors, origin=str(paths[0]) if len(paths) == 1 else str(paths[0].parent))
+
+    def release_pages(self) -> None:
+        release_mapped_pages(self._paths)
 
 
 def _torch_load(path: Path) -> dict[str, torch.Tensor]:
@@ -165,6 +187,7 @@ class SafetensorsSource(TensorSource):
         from safetensors import safe_open
 
         self.origin = str(paths[0]) if len(paths) == 1 else str(paths[0].parent)
+        self._paths = list(paths)
         self._handles = []
         self._where: dict[str, object] = {}
         for path in paths:
@@ -182,6 +205,9 @@ class SafetensorsSource(TensorSource):
 
     def __getitem__(self, name: str) -> torch.Tensor:
         return self._where[name].get_tensor(name)
+
+    def release_pages(self) -> None:
+        release_mapped_pages(self._paths)
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._where)
@@ -275,6 +301,35 @@ class MappedSource(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._source.dtype(self._mapping[name][0])
+
+    def release_pages(self) -> None:
+        self._source.release_pages()
+
+    def storage_keys(self) -> frozenset[int]:
+        return self._source.storage_keys()
+
+
+_MADV_DONTNEED = 4  # the same value on Linux and macOS
+
+
+def release_mapped_pages(paths: list[Path]) -> None:
+    """madvise(MADV_DONTNEED) over this process's mappings of `paths` (Linux: found in
+    /proc/self/maps; elsewhere nothing). torch.load(mmap=True) and safetensors map checkpoint
+    files and hand out views; every page read stays resident, so a 15 GB checkpoint read once
+    would sit in RSS for the rest of the export. The pages are file-backed and never written:
+    dropping them loses nothing, and a later read of a tensor faults them back from the file."""
+    import ctypes
+
+    wanted = {str(Path(p).resolve()) for p in paths}
+    try:
+        with open("/proc/self/maps") as f:
+            ranges = [line.split()[0] for line in f if line.rstrip("\n").split(maxsplit=5)[-1] in wanted]
+        libc = ctypes.CDLL(None, use_errno=True)
+    except OSError:
+        return
+    for span in ranges:
+        start, end = (int(x, 16) for x in span.split("-"))
+        libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)

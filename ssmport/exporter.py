@@ -13,11 +13,11 @@ Everything is built in a temp directory beside the target, so a failure leaves n
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import hashlib
 import math
-import resource
 import shutil
 import time
 import uuid
@@ -41,10 +41,11 @@ from ssmport.manifest import LAYOUTS
 from ssmport.manifest import (
     AssetEntry, FunctionEntry, Manifest, PrefillEntry, RecipeEntry, StateEntry, TokenizerEntry,
 )  # fmt: skip
+from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
 from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
-from ssmport.quant.plan import WeightBuilder, summarize_plan
+from ssmport.quant.plan import WeightBuilder, storage_key, summarize_plan
 from ssmport.sources import load_model, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
 
@@ -58,6 +59,7 @@ class ExportResult:
     path: Path
     manifest: Manifest
     gate_headline: str | None
+    memory: MemoryTrace | None = None  # with profile_memory
 
 
 def default_quant(model: LoadedModel) -> str:
@@ -86,13 +88,15 @@ def export(
     layout: str = "ssmport",
     apple_main: str = "decode",
     context: int | None = None,
+    profile_memory: bool = False,
 ) -> ExportResult:
     """Export `spec` (preset, checkpoint path, Hub repo, or an already loaded model) as a
     bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill").
     `layout` "apple": the functions, states and files Apple's engines load and drive
     (docs/apple-engines.md), with `apple_main` "decode" (one token per call) or "chunk" (ssmport.apple.graph);
     the default "ssmport" is the M=1 decode graph + padded chunks. `context`: the positions a
-    model with a KV cache holds (None: its config's default)."""
+    model with a KV cache holds (None: its config's default).
+    `profile_memory`: trace the peak RSS of every stage (ssmport.memory) into the manifest."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -107,7 +111,8 @@ def export(
         raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
     if apple_main not in APPLE_MAINS:
         raise SsmportError(f"unknown --apple-main {apple_main!r}; choose one of: {', '.join(APPLE_MAINS)}")
-    with interrupts_deferred(), Stages(enabled=progress) as stages:  # see ssmport.interrupts
+    trace = MemoryTrace() if profile_memory else contextlib.nullcontext()
+    with interrupts_deferred(), trace, TracedStages(enabled=progress) as stages:  # see ssmport.interrupts
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
                 model = spec
@@ -140,9 +145,12 @@ def export(
 
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in count_ops(bundle).items()}
             manifest.export["seconds"] = round(time.perf_counter() - started, 2)
-            manifest.export["peak_rss_mb"] = _peak_rss_mb()
+            if profile_memory:
+                trace.finish()
+                manifest.export["memory"] = trace.to_json()
+            manifest.export["peak_rss_mb"] = round(trace.peak_mb if profile_memory else maxrss_mb(), 1)
             bundle.save_manifest()
-    return ExportResult(final, manifest, headline)
+    return ExportResult(final, manifest, headline, trace if profile_memory else None)
 
 
 def _build_bundle(
@@ -164,10 +172,9 @@ def _build_bundle(
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
-        converted.program.save_asset(out / ASSET)
-        converted.program = None
-        _return_freed_memory()
-        tokenizer = _write_tokenizer(model, out)
+        _save_asset(converted, out / ASSET)
+        with section("tokenizer"):
+            tokenizer = _write_tokenizer(model, out)
 
     plan = builder.plan_json()
     manifest = Manifest(
@@ -240,7 +247,7 @@ def convert(
     arch, cfg = model.architecture, model.config
     specs = arch.state_specs(cfg, state_dtype)
     total = sum(math.prod(model.weights.shape(n)) for n in model.weights)
-    with stages.stage("Building weights", total=total):
+    with stages.stage("Building weights", total=total), _releasing_pages(model.weights, builder):
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
@@ -261,27 +268,32 @@ def convert(
     _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
-        programs = [_export_program(f.module, f.example, f.dynamic_shapes) for f in functions]
+        programs = [_export_program(f.module, f.example, f.name, f.dynamic_shapes) for f in functions]
+        # torch.export of a while_loop (ops.scan) goes through dynamo, whose code cache then keeps the
+        # traced module (and so every weight) alive after the export is done.
+        torch._dynamo.reset()
 
     with stages.stage("Converting to Core AI"):
-        from coreai_torch import TorchConverter
-
         state_names = [s.name for s in specs]
         with python_stdout_captured():
-            converter = TorchConverter(mode=TorchConverter.Mode.RELEASE)
+            converter = _releasing_converter(builder, model.weights.storage_keys())
             for f, ep in zip(functions, programs):
                 converter = converter.add_exported_program(
                     ep, input_names=list(f.inputs), output_names=list(f.outputs), state_names=state_names,
                     **({} if f.name == "main" else {"entrypoint_name": f.name}),
                 )  # fmt: skip
-            program = converter.to_coreai()
+            with section("TorchConverter.to_coreai"):
+                program = converter.to_coreai()
         contracts = [(f.name, f.inputs, f.outputs) for f in functions]
-        del functions, programs, converter
-        _return_freed_memory()
+        with section("release torch module"):
+            del functions, programs, converter
+            _return_freed_memory()
+            model.weights.release_pages()  # a checkpoint's fp32 tensors are stored as they are: re-read here
         signatures = {}
-        for name, inputs, outputs in contracts:
-            signatures[name] = read_signature(program, name)
-            check_contract(signatures[name], inputs, outputs, specs)
+        with section("read IR signature"):
+            for name, inputs, outputs in contracts:
+                signatures[name] = read_signature(program, name)
+                check_contract(signatures[name], inputs, outputs, specs)
     prefill_sig = signatures.get(PREFILL_FUNCTION)
     chunk = None if prefill_sig is None else (_apple_rows(arch) if layout == "apple" else prefill_chunk)
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout)
@@ -305,13 +317,118 @@ def _apple_rows(arch) -> int:
     return max_rows(arch)
 
 
-def _export_program(module: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic_shapes=None):
+# While building, a checkpoint's memory-mapped pages are let go of every this many elements
+# stored (TensorSource.release_pages): the file is read once, never held whole.
+RELEASE_PAGES_EVERY = 1 << 26
+
+
+@contextlib.contextmanager
+def _releasing_pages(weights, builder: WeightBuilder):
+    stored, on_store = 0, builder.on_store
+
+    def counted(n: int) -> None:
+        nonlocal stored
+        stored += n
+        if stored >= RELEASE_PAGES_EVERY:
+            weights.release_pages()
+            stored = 0
+        if on_store:
+            on_store(n)
+
+    builder.on_store = counted
+    try:
+        yield
+    finally:
+        builder.on_store = on_store
+        weights.release_pages()
+
+
+def _releasing_converter(builder: WeightBuilder, keep: frozenset[int]):
+    """A RELEASE-mode TorchConverter that frees each weight's torch storage as soon as the
+    converter has copied it into the program, so a conversion holds about one copy of the
+    weights instead of two (the module's and the program's). Freed: what `builder` stored,
+    except the storages in `keep` (an in-memory source's own tensors, stored as they are) and
+    storages that cannot be resized (memory-mapped checkpoint tensors). A weight both
+    functions use is copied once; the second function reuses its constant.
+
+    It overrides coreai-torch 0.4.3's private `_constant_from_tensor` (the version is pinned);
+    where that is absent, the plain converter (twice the memory, same program)."""
+    from coreai_torch import TorchConverter
+
+    release = TorchConverter.Mode.RELEASE
+    if not hasattr(TorchConverter, "_constant_from_tensor"):
+        return TorchConverter(mode=release)
+    from coreai._compiler.dialects import coreai
+
+    class ReleasingConverter(TorchConverter):
+        def _constant_from_tensor(self, tensor: torch.Tensor):
+            storage = tensor.untyped_storage()
+            if (type(tensor) not in (torch.Tensor, torch.nn.Parameter) or not builder.stored(tensor)
+                    or storage_key(tensor) in keep or not storage.resizable()):  # fmt: skip
+                return super()._constant_from_tensor(tensor)
+            key = (storage_key(tensor), tensor.storage_offset(), tuple(tensor.shape), tuple(tensor.stride()),
+                   tensor.dtype)  # fmt: skip
+            attr = copied.get(key)
+            if attr is not None:
+                return coreai.ConstantOp(value=attr).result
+            # The converter reads the data through .numpy(), which pins a storage's size for
+            # good: hand it a copy (one tensor at a time), so the original can still be freed.
+            value = super()._constant_from_tensor(tensor.clone())
+            copied[key] = value.owner.attributes["value"]
+            storage.resize_(0)  # the program holds the only copy now
+            return value
+
+    copied: dict[tuple, Any] = {}
+    return ReleasingConverter(mode=release)
+
+
+def _export_program(module: torch.nn.Module, example: tuple[torch.Tensor, ...], function: str, dynamic_shapes=None):
     import coreai_torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal pytree deprecations
-        ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
-        return ep.run_decompositions(coreai_torch.get_decomp_table())
+        with section(f"torch.export.export {function}"):
+            ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
+        with section(f"run_decompositions {function}"):
+            return ep.run_decompositions(coreai_torch.get_decomp_table())
+
+
+def _save_asset(converted: Converted, path: Path) -> None:
+    """`program.save_asset(path)` in its own steps, so that the program (the one copy of the
+    weights left in memory) is released once its bytecode is on disk, before the bytecode is
+    hashed: coreai-core's save_asset hashes `read_bytes()` of the whole file while the program
+    is still alive, two copies of the weights at once. The steps and private names are
+    coreai-core 1.0.0b3's (pinned); where they are absent, save_asset itself. Either way
+    `converted.program` is None afterwards."""
+    program = converted.program
+    try:
+        from coreai.authoring.asset import _COREAI_PRODUCER, OSVersion
+        from coreai.runtime import _AIModelAsset
+
+        steps = hasattr(_AIModelAsset, "_create") and hasattr(program, "_save_bytecode")
+    except ImportError:
+        steps = False
+    if not steps:
+        with section("save_asset"):
+            program.save_asset(path)
+        converted.program = program = None
+        _return_freed_memory()
+        return
+
+    def stamp(meta) -> None:
+        meta.creation_date = time.time()
+        meta._producer = _COREAI_PRODUCER
+
+    path.mkdir(parents=True)
+    asset = _AIModelAsset._create(path=str(path), metadata=None)
+    with section("serialize bytecode"):
+        program._save_bytecode(asset._program_bytecode_path, minimum_os=OSVersion.v27)
+    with section("release program"):
+        converted.program = program = None
+        _return_freed_memory()
+    asset.update_metadata(updates=stamp)
+    with section("hash bytecode"), open(asset._program_bytecode_path, "rb") as f:
+        asset._program_hash_path.write_bytes(hashlib.file_digest(f, "sha256").digest())
 
 
 def _function_entry(sig: GraphSignature) -> FunctionEntry:
@@ -376,6 +493,3 @@ def _return_freed_memory() -> None:
     except (OSError, AttributeError):  # not glibc: nothing to trim
         pass
 
-
-def _peak_rss_mb() -> float:
-    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)

@@ -9,9 +9,11 @@ from ssmport.parity import GateReport, default_prompts, run_gate
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.recipes import gate_thresholds
+from ssmport.memory import section
 from ssmport.runtime import Runner
+from ssmport.runtime.lowering import ensure_lowered
 from ssmport.sources import rebuild_source
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate_reference import ReplayedReference, reference_logits
 
 DEFAULT_PROMPTS = 3
 DEFAULT_STEPS = 32
@@ -36,7 +38,11 @@ def gate_bundle(
     stages: Stages | None = None,
     record: bool = True,
 ) -> GateReport:
-    """Gate `bundle` against the fp32 torch reference built from its source weights."""
+    """Gate `bundle` against the fp32 torch reference built from its source weights.
+
+    The reference's logits for every stream are computed first (a large model's layer by
+    layer, see `gate_reference.reference_logits`) and its weights released; then the bundle
+    is lowered and loaded, so the gate's peak is the larger of the two, not their sum."""
     m = bundle.manifest
     recipe = get_recipe(m.recipe.name)
     if model is None:
@@ -47,9 +53,14 @@ def gate_bundle(
         )
     stages = stages or Stages(enabled=False)
     total = sum(len(s) for s in token_streams)
+    # The fp32 reference first, then the candidate: the two never hold memory at once.
+    with stages.stage("fp32 reference", total=total):
+        reference = ReplayedReference(token_streams, reference_logits(model, token_streams, on_token=stages.advance))
     with stages.stage("Loading on Core AI runtime"):
-        candidate = Runner(bundle)
-        reference = TorchRunner(model, "fp32")
+        with section("lowering"):
+            ensure_lowered(bundle)
+        with section("load lowered model"):
+            candidate = Runner(bundle)
     try:
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(

@@ -104,7 +104,15 @@ class CausalLM(nn.Module):
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, valid_len: torch.Tensor | None = None):
         T = self.chunk or 1
         step = Step(valid_len if self.chunk else None, position_ids.view(T))
-        x = self.embed(input_ids.view(T))
+        x = self.run_blocks(self.embed(input_ids.view(T)), step)
+        if step.decode or not self.all_logits:
+            x = x if step.decode else last_valid(x, step.valid_len)
+            return self.head(x).view(1, 1, -1)
+        return self.head(x).view(1, T, -1)
+
+    def run_blocks(self, x: torch.Tensor, step: Step) -> torch.Tensor:
+        """Every block over the rows x [T, C], then one write per state; the new rows.
+        (The gate's layer-streamed reference runs a few blocks at a time through this.)"""
         values: dict[str, list] = {s.name: [] for s in self.specs}
         for layer, slots in zip(self.layers, self.slots):
             slices = {name: read_layer(getattr(self, name), slot)[0] for name, slot in slots.items()}
@@ -115,10 +123,7 @@ class CausalLM(nn.Module):
                 values[name].append(value)
         for spec in self.specs:
             _write(getattr(self, spec.name), spec, values[spec.name], step)
-        if step.decode or not self.all_logits:
-            x = x if step.decode else last_valid(x, step.valid_len)
-            return self.head(x).view(1, 1, -1)
-        return self.head(x).view(1, T, -1)
+        return x
 
 
 def _slots(layers: nn.ModuleList, specs: Sequence[StateSpec]) -> list[dict[str, int]]:

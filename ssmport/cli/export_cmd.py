@@ -54,6 +54,9 @@ def add_parser(sub) -> None:
                    "decode graph, for Apple's engines since the prefill function (#204/#227); chunk: "
                    "`main` takes [1, T] through the chunk path, which the 86b363d engines need (they "
                    "send whole prompts to `main`) at the cost of a heavier decode step")  # fmt: skip
+    p.add_argument("--profile-memory", action="store_true",
+                   help="trace the peak RSS of every stage (loading, building, torch.export, conversion, "
+                   "writing, lowering, the gate); printed after the export and recorded in the manifest")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
@@ -84,6 +87,7 @@ def run(args) -> int:
         layout=args.layout,
         apple_main=args.apple_main or "decode",
         context=args.context,
+        profile_memory=args.profile_memory,
     )
     m = result.manifest
     for note in m.notes:
@@ -92,6 +96,8 @@ def run(args) -> int:
     print(f"bundle: {result.path}{synthetic}")
     print(f"asset: {human_bytes(m.asset.bytes)} ({m.recipe.name}, state {m.recipe.state_dtype}), "
           f"export {m.export['seconds']:.1f} s, peak RSS {m.export['peak_rss_mb']:.0f} MB")  # fmt: skip
+    if result.memory is not None:
+        print("\n".join(result.memory.lines()))
     if result.gate_headline:
         print(f"gate: {result.gate_headline}", flush=True)
         if not m.gate.passed:

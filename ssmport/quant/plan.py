@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
+from ssmport.checkpoint import storage_key
 from ssmport.ops.matmul import FloatMatmul, Int8Matmul
 from ssmport.quant.int8 import quantize_int8_blockwise
 from ssmport.quant.recipes import BLOCK_SIZE, Recipe
@@ -56,6 +57,7 @@ class WeightBuilder:
         self.keeps_float = keeps_float
         self.on_store = on_store
         self.entries: list[PlanEntry] = []
+        self._stored: set[int] = set()  # the storages of every tensor stored (storage_key)
 
     def matmul(
         self,
@@ -68,13 +70,13 @@ class WeightBuilder:
         n_in, n_out = weight_in_out.shape
         wants_int8 = self.recipe.stores_int8(self.keeps_float(name))
         if wants_int8 and n_in % BLOCK_SIZE == 0:
-            q, scale = quantize_int8_blockwise(weight_in_out)
+            q, scale = _quantize_in_column_chunks(weight_in_out)
             self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel())
-            return Int8Matmul(q, scale, out_dtype)
+            return self._keep(Int8Matmul(q, scale, out_dtype))
         # Matmuls whose input dim is not a multiple of the block stay in float.
         w = weight_in_out.to(self.recipe.float_dtype)
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
-        return FloatMatmul(w, out_dtype)
+        return self._keep(FloatMatmul(w, out_dtype))
 
     def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         """A lookup table (embedding), stored in the recipe's float dtype."""
@@ -92,7 +94,17 @@ class WeightBuilder:
     def _param(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         v = value.contiguous()
         self._record(name, role, v.shape, v.dtype, None, v.numel() * v.element_size())
-        return nn.Parameter(v, requires_grad=False)
+        return self._keep(nn.Parameter(v, requires_grad=False))
+
+    def _keep(self, stored):
+        tensors = [*stored.parameters(), *stored.buffers()] if isinstance(stored, nn.Module) else [stored]
+        self._stored.update(storage_key(t) for t in tensors)
+        return stored
+
+    def stored(self, tensor: torch.Tensor) -> bool:
+        """Whether `tensor` is (a view of) a weight this builder stored. Such a tensor may
+        still be the source's own (an fp32 checkpoint tensor is stored as it is)."""
+        return storage_key(tensor) in self._stored
 
     def _record(self, name, role, shape, dtype, block, nbytes) -> None:
         self.entries.append(PlanEntry(name, role, tuple(shape), dtype_name(dtype), block, int(nbytes)))
@@ -101,6 +113,24 @@ class WeightBuilder:
 
     def plan_json(self) -> list[dict]:
         return [e.to_json() for e in self.entries]
+
+
+# Quantizing a weight makes a few fp32 temporaries of its size; in chunks of this many
+# output columns they stay small (a 4096 x 65536 LM head: 4 x 1 GB otherwise). Scales are
+# per (block, column), so the chunks are independent and the result is the same.
+QUANT_CHUNK_COLUMNS = 4096
+
+
+def _quantize_in_column_chunks(weight_in_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    n_in, n_out = weight_in_out.shape
+    if n_out <= QUANT_CHUNK_COLUMNS:
+        return quantize_int8_blockwise(weight_in_out)
+    q = torch.empty(n_in, n_out, dtype=torch.int8)
+    scale = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
+    for start in range(0, n_out, QUANT_CHUNK_COLUMNS):
+        cols = slice(start, start + QUANT_CHUNK_COLUMNS)
+        q[:, cols], scale[:, cols] = quantize_int8_blockwise(weight_in_out[:, cols])
+    return q, scale
 
 
 def summarize_plan(entries: list[dict]) -> dict[str, dict[str, int]]:

@@ -1,0 +1,258 @@
+"""The gate's fp32 reference, computed before the candidate is loaded.
+
+`reference_logits` gives the fp32 export-form module's logits after every token of the gate's
+teacher-forced streams; `ReplayedReference` plays them back through the interface the gate
+drives. So the gate never holds the fp32 model and the Core AI program at once, and a model
+whose fp32 weights would not fit is computed layer by layer (`LayerStreamedReference`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+from ssmport.architectures import LoadedModel
+from ssmport.architectures.base import Architecture
+from ssmport.checkpoint import TensorSource
+from ssmport.errors import SsmportError
+from ssmport.quant import get_recipe
+from ssmport.quant.plan import WeightBuilder
+from ssmport.torch_runner import TorchRunner
+
+# Above this many fp32 weight bytes the reference is streamed a few layers at a time
+# (LayerStreamedReference) instead of built whole: a 1.5B model's fp32 module is 6.1 GB.
+STREAM_REFERENCE_ABOVE = 1 << 30
+# How many fp32 weight bytes one streamed group of layers may materialise.
+STREAM_GROUP_BYTES = 1 << 30
+
+
+def fp32_weight_bytes(model: LoadedModel) -> int:
+    return 4 * sum(math.prod(model.weights.shape(n)) for n in model.weights)
+
+
+def reference_logits(
+    model: LoadedModel,
+    streams: list[list[int]],
+    stream_layers: bool | None = None,
+    on_token=None,
+) -> list[np.ndarray]:
+    """The fp32 export-form module's logits after every token of each stream, teacher-forced
+    from zero state: one float32 [len(stream), V] array per stream. `stream_layers` None:
+    streamed when the fp32 weights exceed STREAM_REFERENCE_ABOVE (and the architecture
+    builds from blocks), else the whole TorchRunner."""
+    if stream_layers is None:
+        stream_layers = fp32_weight_bytes(model) > STREAM_REFERENCE_ABOVE and LayerStreamedReference.supports(model)
+    if stream_layers:
+        return LayerStreamedReference(model).logits(streams, on_token)
+    runner = TorchRunner(model, "fp32")
+    try:
+        out = []
+        for tokens in streams:
+            runner.reset()
+            out.append(runner.step_each(tokens))
+            if on_token:
+                on_token(len(tokens))
+        return out
+    finally:
+        runner.close()
+
+
+class ReplayedReference:
+    """The `Steppable` interface over precomputed logits (`reference_logits`): the gate's
+    reference side, so the fp32 model is gone before the candidate is loaded."""
+
+    def __init__(self, streams: list[list[int]], logits: list[np.ndarray]):
+        self._streams = [(list(s), rows) for s, rows in zip(streams, logits)]
+        self.tokens: list[int] = []
+
+    def reset(self) -> None:
+        self.tokens = []
+
+    def step(self, token: int) -> np.ndarray:
+        self.tokens.append(int(token))
+        n = len(self.tokens)
+        for tokens, rows in self._streams:
+            if tokens[:n] == self.tokens:
+                return rows[n - 1]
+        raise SsmportError(f"the reference has no precomputed logits for tokens {self.tokens}")
+
+    def feed(self, tokens: list[int]) -> np.ndarray:
+        if not tokens:
+            raise SsmportError("feed needs at least one token")
+        for t in tokens:
+            row = self.step(t)
+        return row
+
+    def close(self) -> None:
+        self._streams = []
+
+
+class LayerStreamedReference:
+    """The fp32 export-form model computed layer-major, a few layers' weights at a time.
+
+    Teacher forcing fixes every token in advance, and each layer is causal, so running a group
+    of layers over all tokens of all streams before the next group gives the very numbers the
+    token-major TorchRunner gives (the same blocks, the same M=1 calls, per-token carries such
+    as RWKV-7's v_first kept between groups) while only that group's weights exist.
+
+    Each group is built by the architecture's own `build_blocks`, over a source that reads the
+    group's tensors and hands out shape-only meta tensors for all others, so nothing else is
+    materialised. Which tensors a part (embedding, block i, head) is built from is found once
+    by a build over meta tensors alone, noting which builder call each read precedes.
+    """
+
+    def __init__(self, model: LoadedModel, group_bytes: int = STREAM_GROUP_BYTES):
+        self.model, self.group_bytes = model, group_bytes
+        self.parts = self._attribute()
+
+    @staticmethod
+    def supports(model: LoadedModel) -> bool:
+        """Whether the architecture builds through `build_blocks` (the generic graph)."""
+        return type(model.architecture).build_blocks is not Architecture.build_blocks
+
+    def _build(self, source: TensorSource, builder: WeightBuilder):
+        m = self.model
+        with torch.no_grad():
+            parts = m.architecture.build_blocks(m.config, source, builder)
+        if parts is None:
+            raise SsmportError(f"{m.architecture.name}: no build_blocks, so its reference cannot be streamed")
+        embed, blocks, head = parts
+        return [embed, *blocks, head]
+
+    def _attribute(self) -> list[set[str]]:
+        """The source names each part is built from."""
+        reads: list[tuple[str, int]] = []
+        builder = _CallTracingBuilder(get_recipe("fp32"), self.model.architecture.keeps_float)
+        parts = self._build(_MetaWindow(self.model.weights, frozenset(), reads, builder), builder)
+        names: list[set[str]] = []
+        for part in parts:
+            calls = {builder.call_of[id(t)] for t in _tensors(part) if id(t) in builder.call_of}
+            names.append({n for n, call in reads if call in calls})
+        return names
+
+    def _groups(self) -> list[list[int]]:
+        """Consecutive parts whose fp32 bytes fit the budget together (at least one each)."""
+        shape = self.model.weights.shape
+        groups: list[list[int]] = []
+        used = 0
+        for i, names in enumerate(self.parts):
+            size = 4 * sum(math.prod(shape(n)) for n in names)
+            joins = groups and groups[-1][0] != 0 and i != len(self.parts) - 1  # blocks only, not the ends
+            if joins and used + size <= self.group_bytes:
+                groups[-1].append(i)
+                used += size
+            else:
+                groups.append([i])
+                used = size
+        return groups
+
+    def _materialise(self, indices: list[int]) -> list[nn.Module]:
+        real = frozenset().union(*(self.parts[i] for i in indices))
+        builder = WeightBuilder(get_recipe("fp32"), self.model.architecture.keeps_float)
+        parts = self._build(_MetaWindow(self.model.weights, real, None, None), builder)
+        chosen = [parts[i].eval() for i in indices]
+        del parts
+        for i, part in zip(indices, chosen):
+            if any(t.is_meta for t in _tensors(part)):
+                raise SsmportError(f"{self.model.architecture.name}: part {i} of the model needs tensors its "
+                                   "build did not read where expected; its reference cannot be streamed")  # fmt: skip
+        return chosen
+
+    def logits(self, streams: list[list[int]], on_token=None) -> list[np.ndarray]:
+        """One float32 [len(stream), V] array per stream (see `reference_logits`)."""
+        from ssmport.graph import CausalLM, Step
+
+        specs = self.model.architecture.state_specs(self.model.config, torch.float32)
+        groups = self._groups()
+        xs: list[list[torch.Tensor]] = []  # every token's residual rows [1, C], between groups
+        carries = [[{} for _ in s] for s in streams]  # what blocks hand on per token (v_first)
+        out: list[np.ndarray] = []
+        for g, indices in enumerate(groups):
+            parts = self._materialise(indices)
+            with torch.no_grad():
+                if g == 0:  # the embedding
+                    xs = [[parts[0](torch.tensor([t], dtype=torch.int32)) for t in s] for s in streams]
+                elif g == len(groups) - 1:  # the final norm and LM head
+                    out = [np.stack([parts[0](x).float().reshape(-1).numpy() for x in rows]) for rows in xs]
+                else:
+                    group = CausalLM(nn.Identity(), parts, nn.Identity(), _group_specs(specs, parts))
+                    for s, tokens in enumerate(streams):
+                        for state in group.buffers():
+                            state.zero_()
+                        for t in range(len(tokens)):
+                            xs[s][t] = group.run_blocks(xs[s][t], Step(None, torch.tensor([t], dtype=torch.int32),
+                                                                       carries[s][t]))  # fmt: skip
+            del parts
+            self.model.weights.release_pages()
+            if on_token:  # the gate's bar counts tokens: each group is 1/len(groups) of every token
+                on_token(sum(len(s) for s in streams) / len(groups))
+        return out
+
+
+def _tensors(module: nn.Module) -> list[torch.Tensor]:
+    return [*module.parameters(), *module.buffers()]
+
+
+def _group_specs(specs, blocks) -> list:
+    """The states a run of blocks uses, each stacked over just those blocks."""
+    out = []
+    for spec in specs:
+        count = sum(spec.name in b.states for b in blocks)
+        if count:
+            out.append(dataclasses.replace(spec, shape=(count, *spec.shape[1:])))
+    return out
+
+
+class _CallTracingBuilder(WeightBuilder):
+    """A builder that notes which of its calls stored each tensor (by the tensor's id)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.call_of: dict[int, int] = {}
+        self.calls = 0
+
+    def _traced(self, stored):
+        tensors = _tensors(stored) if isinstance(stored, nn.Module) else [stored]
+        self.call_of.update((id(t), self.calls) for t in tensors)
+        self.calls += 1
+        return stored
+
+    def matmul(self, *args, **kwargs):
+        return self._traced(super().matmul(*args, **kwargs))
+
+    def table(self, *args, **kwargs):
+        return self._traced(super().table(*args, **kwargs))
+
+    def vector(self, *args, **kwargs):
+        return self._traced(super().vector(*args, **kwargs))
+
+
+class _MetaWindow(TensorSource):
+    """`source` with only the names in `real` read; every other name is a meta tensor of its
+    shape (no data). `reads` (optional) records (name, builder calls made so far) per read."""
+
+    def __init__(self, source: TensorSource, real: frozenset[str], reads, builder):
+        self.origin, self._source, self._real, self._reads, self._builder = source.origin, source, real, reads, builder
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        if self._reads is not None:
+            self._reads.append((name, self._builder.calls))
+        if name in self._real:
+            return self._source[name]
+        return torch.empty(self._source.shape(name), dtype=torch.float32, device="meta")
+
+    def __iter__(self):
+        return iter(self._source)
+
+    def __len__(self) -> int:
+        return len(self._source)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return self._source.shape(name)
+
+    def dtype(self, name: str) -> torch.dtype:
+        return self._source.dtype(name)
