@@ -30,7 +30,8 @@ Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per mo
                       read bandwidth measured in this run (best numpy sum over 512 MB)
 
 Decode is the median ms/token over --steps tokens after --warmup; each torch / peer line also
-records the process's CPU seconds per wall second (cpu_per_wall). The machine is shared, so
+records the process's CPU seconds per wall second (cpu_per_wall) and how many of its threads
+were busy (threads_busy). The machine is shared, so
 compare ratios within one run, not absolute times across runs. Exported bundles and peer
 checkpoints are cached in --work (outside git), keyed by ssmport's source, so reruns skip the
 export. Exports run as subprocesses (a 1.5B fp32 export peaks at ~12.5 GB); every timing runs
@@ -178,12 +179,31 @@ def coreai_line(bundle: Bundle, tokens: list[int], warmup: int) -> list[float]:
 
 
 def timed_line(step, reset, tokens: list[int], warmup: int, **extra) -> dict:
-    """One line's summary, with the process's CPU seconds per wall second over it (warm-up
-    included): how many cores the implementation kept busy, measured rather than assumed."""
-    cpu, wall = time.process_time(), time.perf_counter()
+    """One line's summary, with how many cores the implementation kept busy, measured rather
+    than assumed (warm-up included): the process's CPU seconds per wall second, and how many
+    of its threads ran for more than a tenth of the time (None where /proc is missing)."""
+    cpu, wall, threads = time.process_time(), time.perf_counter(), thread_cpu_seconds()
     times = step_times_ms(step, reset, tokens, warmup)
-    busy = (time.process_time() - cpu) / (time.perf_counter() - wall)
-    return summary(times, cpu_per_wall=round(busy, 2), **extra)
+    wall = time.perf_counter() - wall
+    busy = (time.process_time() - cpu) / wall
+    after = thread_cpu_seconds()
+    busy_threads = None if threads is None else sum(s - threads.get(t, 0.0) > 0.1 * wall for t, s in after.items())
+    return summary(times, cpu_per_wall=round(busy, 2), threads_busy=busy_threads, **extra)
+
+
+def thread_cpu_seconds() -> dict[int, float] | None:
+    """CPU seconds (user + system) of each thread of this process so far (Linux /proc)."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    tick, seconds = os.sysconf("SC_CLK_TCK"), {}
+    for task in tasks.iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # fields 3.. of proc_pid_stat(5)
+        except OSError:  # the thread has exited
+            continue
+        seconds[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return seconds
 
 
 @contextmanager
