@@ -17,13 +17,21 @@ Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per mo
                         mamba_ssm / causal_conv1d / hub kernels), one token per call with its
                         cache, the weights written as a transformers folder
                       gated_deltanet: none (see NO_PEER)
-                      Before it is timed, a peer must agree with ssmport's torch module on the
-                      first PEER_CHECK_TOKENS tokens' logits (max |Δ| <= PEER_MAX_REL_DELTA of
-                      the logit scale); one that does not is refused: no line, the reason kept
+  mlx-lm              mlx-lm on MLX's CPU backend, same weights as the HF folder it loads
+                      (benchmarks/peers_mlx.py), one token per call with its cache, pinned to
+                      one CPU and as it comes (MLX has no thread setting: peers_mlx says how it
+                      is threaded); rwkv7 and mamba2 (MLX_LM_FOLDERS), skipped with the reason
+                      where mlx is not installed (NO_MLX_LM for an architecture mlx-lm lacks)
+                      Before it is timed, each peer (this and the one above) must agree with
+                      ssmport's torch module on the first PEER_CHECK_TOKENS tokens' logits (max
+                      |Δ| <= PEER_MAX_REL_DELTA of the logit scale); one that does not is
+                      refused: no line, the reason kept
   roofline            weight bytes read per token (from the bundle's plan) / the single-thread
                       read bandwidth measured in this run (best numpy sum over 512 MB)
 
-Decode is the median ms/token over --steps tokens after --warmup. The machine is shared, so
+Decode is the median ms/token over --steps tokens after --warmup; each torch / peer line also
+records the process's CPU seconds per wall second (cpu_per_wall) and how many of its threads
+were busy (threads_busy). The machine is shared, so
 compare ratios within one run, not absolute times across runs. Exported bundles and peer
 checkpoints are cached in --work (outside git), keyed by ssmport's source, so reruns skip the
 export. Exports run as subprocesses (a 1.5B fp32 export peaks at ~12.5 GB); every timing runs
@@ -42,11 +50,13 @@ import shlex
 import subprocess
 import sys
 import time
+from contextlib import contextmanager, nullcontext
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+import peers_mlx
 
 import ssmport
 from ssmport.bench import bench_bundle, bench_tokens, measure_read_bandwidth, step_times_ms
@@ -168,19 +178,62 @@ def coreai_line(bundle: Bundle, tokens: list[int], warmup: int) -> list[float]:
         return step_times_ms(runner.step, runner.reset, tokens, warmup)
 
 
-def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, **extra) -> dict:
-    """`prefix`_1thread and `prefix`_default: the same step timed at 1 thread and at torch's
-    default thread count."""
+def timed_line(step, reset, tokens: list[int], warmup: int, **extra) -> dict:
+    """One line's summary, with how many cores the implementation kept busy, measured rather
+    than assumed (warm-up included): the process's CPU seconds per wall second, and how many
+    of its threads ran for more than a tenth of the time (None where /proc is missing)."""
+    cpu, wall, threads = time.process_time(), time.perf_counter(), thread_cpu_seconds()
+    times = step_times_ms(step, reset, tokens, warmup)
+    wall = time.perf_counter() - wall
+    busy = (time.process_time() - cpu) / wall
+    after = thread_cpu_seconds()
+    busy_threads = None if threads is None else sum(s - threads.get(t, 0.0) > 0.1 * wall for t, s in after.items())
+    return summary(times, cpu_per_wall=round(busy, 2), threads_busy=busy_threads, **extra)
+
+
+def thread_cpu_seconds() -> dict[int, float] | None:
+    """CPU seconds (user + system) of each thread of this process so far (Linux /proc)."""
+    tasks = Path("/proc/self/task")
+    if not tasks.is_dir():
+        return None
+    tick, seconds = os.sysconf("SC_CLK_TCK"), {}
+    for task in tasks.iterdir():
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()  # fields 3.. of proc_pid_stat(5)
+        except OSError:  # the thread has exited
+            continue
+        seconds[int(task.name)] = (int(fields[11]) + int(fields[12])) / tick  # utime, stime
+    return seconds
+
+
+@contextmanager
+def torch_threads(n: int):
     import torch
 
-    lines = {}
-    default = torch.get_num_threads()
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
     try:
-        for suffix, threads in (("1thread", 1), ("default", default)):
-            torch.set_num_threads(threads)
-            lines[f"{prefix}_{suffix}"] = summary(step_times_ms(step, reset, tokens, warmup), threads=threads, **extra)
+        yield
     finally:
-        torch.set_num_threads(default)
+        torch.set_num_threads(before)
+
+
+def torch_thread_settings() -> list[tuple[str, dict, object]]:
+    """(suffix, what the line records of it, context) of the two torch lines: 1 thread and
+    torch's default."""
+    import torch
+
+    default = torch.get_num_threads()
+    return [("1thread", {"threads": 1}, torch_threads(1)), ("default", {"threads": default}, torch_threads(default))]
+
+
+def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, settings=None, **extra) -> dict:
+    """`prefix`_1thread and `prefix`_default: the same step timed under each thread setting
+    (torch's thread count unless `settings` says otherwise)."""
+    lines = {}
+    for suffix, setting, context in settings or torch_thread_settings():
+        with context:
+            lines[f"{prefix}_{suffix}"] = timed_line(step, reset, tokens, warmup, **setting, **extra)
     return lines
 
 
@@ -329,19 +382,92 @@ def peer_agreement(reference: np.ndarray, got: np.ndarray) -> dict:
     }
 
 
-def peer_lines(peer: Peer, reference: np.ndarray, tokens: list[int], warmup: int) -> tuple[dict, dict]:
-    """(lines, peer record): the peer is checked against ssmport's logits, then timed if it agrees."""
+def peer_lines(peer: Peer, reference: np.ndarray, tokens: list[int], warmup: int, prefix: str = "peer",
+               settings=None) -> tuple[dict, dict]:  # fmt: skip
+    """(lines, peer record): the peer is checked against ssmport's logits, then timed (as
+    `prefix`_1thread / _default, under `settings`: see thread_lines) if it agrees."""
     peer.reset()
     check = peer_agreement(reference, np.stack([peer.step(t) for t in tokens[: len(reference)]]))
     record = {"name": peer.name, "agreement": check} | ({"torch_path": peer.torch_path} if hasattr(peer, "torch_path") else {})
     verdict = "agrees" if check["passed"] else "REFUSED: computes something else"
-    print(f"  peer vs ssmport torch, {check['tokens']} tokens: max |Δlogits| {check['max_abs_logit_delta']:.3g} "
+    print(f"  {prefix} vs ssmport torch, {check['tokens']} tokens: max |Δlogits| {check['max_abs_logit_delta']:.3g} "
           f"({check['max_rel_logit_delta']:.2e} of scale {check['logit_scale']:.3g}; limit {PEER_MAX_REL_DELTA:g}), "
           f"top-1 {check['top1_agree']}/{check['tokens']}: {verdict}", flush=True)  # fmt: skip
     if not check["passed"]:
         record["refused"] = f"max |Δlogits| {check['max_rel_logit_delta']:.2e} of scale > {PEER_MAX_REL_DELTA:g}"
+        if getattr(peer, "known_differences", None):  # what its source does differently, where known
+            record["likely_cause"] = peer.known_differences
         return {}, record
-    return thread_lines("peer", peer.step, peer.reset, tokens, warmup, peer=peer.name), record
+    return thread_lines(prefix, peer.step, peer.reset, tokens, warmup, settings, peer=peer.name), record
+
+
+# --------------------------------------------------------------------------------------
+# The mlx-lm line (benchmarks/peers_mlx.py): optional, every architecture mlx-lm has
+# --------------------------------------------------------------------------------------
+
+
+def ensure_mlx_rwkv7_folder(preset: str, work: Path) -> Path:
+    """The preset's synthetic weights as the RWKV-7 folder mlx-lm loads (fla's names)."""
+    path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}-mlx-lm"
+    if not (path / "model.safetensors").is_file():
+        print(f"writing the mlx-lm checkpoint {path}", flush=True)
+        peers_mlx.write_rwkv7_folder(ssmport.load_model(preset, synthetic=True), path)
+    return path
+
+
+def ensure_mlx_mamba2_folder(preset: str, work: Path) -> Path:
+    """The transformers peer's Mamba-2 folder, seen by mlx-lm (its files linked, its config in
+    mlx-lm's keys)."""
+    view = work / f"{preset}-synthetic-seed{DEFAULT_SEED}-mlx-lm"
+    return peers_mlx.mlx_lm_view(ensure_mamba2_folder(preset, work), view)
+
+
+# architecture -> write the mlx-lm folder of a preset. A hybrid gets its line by an entry that
+# writes the preset's synthetic weights as a transformers folder and returns
+# peers_mlx.mlx_lm_view of it (tests/test_bench_mlx.py checks each hybrid's view against
+# transformers on tests/hybrid_files.py's fixtures).
+MLX_LM_FOLDERS = {
+    "rwkv7": ensure_mlx_rwkv7_folder,
+    "mamba2": ensure_mlx_mamba2_folder,
+}
+NO_MLX_LM = {
+    "gated_deltanet": "mlx-lm has no Gated DeltaNet LM (its gated_delta.py is the mixer inside its Qwen3-Next and "
+    "Qwen3.5 hybrids)",
+}
+
+
+def mlx_thread_settings() -> list[tuple[str, dict, object]]:
+    """MLX has no thread setting (peers_mlx's docstring): "1thread" pins the whole process to
+    one CPU, "default" leaves it on every CPU it may use."""
+    return [("1thread", {"cpus": 1}, peers_mlx.one_cpu()),
+            ("default", {"cpus": len(os.sched_getaffinity(0))}, nullcontext())]  # fmt: skip
+
+
+def prepare_mlx_lm(arch: str, preset: str, work: Path) -> Path | dict:
+    """The mlx-lm folder for this preset, or the record of why there is no mlx-lm line."""
+    missing = peers_mlx.mlx_missing()
+    if missing:
+        return {"none": missing}
+    if arch not in MLX_LM_FOLDERS:
+        return {"none": NO_MLX_LM.get(arch, f"no mlx-lm folder writer is registered for {arch} (MLX_LM_FOLDERS)")}
+    try:
+        return MLX_LM_FOLDERS[arch](preset, work)
+    except peers_mlx.MlxRefusal as e:
+        return {"refused": str(e)}
+
+
+def mlx_lm_lines(prepared: Path | dict, reference: np.ndarray, tokens: list[int], warmup: int) -> tuple[dict, dict]:
+    """(lines, record) of mlx-lm on a folder from prepare_mlx_lm, checked before it is timed."""
+    if isinstance(prepared, dict):
+        return {}, prepared
+    try:
+        peer = peers_mlx.MlxLmPeer(prepared)
+    except peers_mlx.MlxRefusal as e:
+        return {}, {"refused": str(e)}
+    try:
+        return peer_lines(peer, reference, tokens, warmup, prefix="mlx_lm", settings=mlx_thread_settings())
+    finally:
+        peer.close()
 
 
 def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
@@ -349,6 +475,7 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     arch = bundle.manifest.architecture
     peer = PEERS.get(arch)
     peer_input = peer[0](preset, work) if peer else None
+    mlx_input = prepare_mlx_lm(arch, preset, work)
     gc.collect()
 
     print(f"[{preset}] Core AI", flush=True)
@@ -369,6 +496,12 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     else:
         peer_record = {"none": NO_PEER.get(arch, f"no peer is registered for {arch} (PEERS)")}
         print(f"[{preset}] no peer: {peer_record['none']}", flush=True)
+    print(f"[{preset}] mlx-lm", flush=True)
+    mlx_timed, mlx_record = mlx_lm_lines(mlx_input, check_logits, tokens, warmup)
+    if not mlx_timed:
+        print(f"[{preset}] no mlx-lm line: {mlx_record.get('none') or mlx_record.get('refused')}", flush=True)
+    lines |= mlx_timed
+    gc.collect()
     print(f"[{preset}] Core AI again", flush=True)
     last_times = coreai_line(bundle, tokens, warmup)
     # The headline is the mean of the first and last passes' medians (they bracket the others).
@@ -385,6 +518,7 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
         "width": cfg.get("hidden_size"),
         **{k: first[k] for k in keys},
         "peer": peer_record,
+        "mlx_lm": mlx_record,
         "lines": lines,
     }
 
@@ -418,7 +552,8 @@ def machine() -> dict:
         cpu = platform.processor()
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     versions = {}
-    for pkg in ("ssmport", "torch", "coreai-core", "coreai-torch", "numpy", "rwkv", "matplotlib"):
+    for pkg in ("ssmport", "torch", "coreai-core", "coreai-torch", "numpy", "rwkv", "transformers", "mlx", "mlx-lm",
+                "matplotlib"):
         try:
             versions[pkg] = version(pkg)
         except Exception:  # noqa: BLE001  (an optional package that is absent)
@@ -443,7 +578,8 @@ def plot(results: dict, path: Path) -> None:
     models = results["models"]
     labels = {"coreai": "ssmport Core AI", "torch_eager_1thread": "torch eager, 1 thread",
               "torch_eager_default": "torch eager, default threads", "peer_1thread": "peer (rwkv / transformers), 1 thread",
-              "peer_default": "peer, default threads"}  # fmt: skip
+              "peer_default": "peer, default threads", "mlx_lm_1thread": "mlx-lm (MLX CPU), pinned to 1 CPU",
+              "mlx_lm_default": "mlx-lm, default"}  # fmt: skip
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 5))
     names = list(models)
     width = 0.8 / (len(labels) + 1)
@@ -453,11 +589,12 @@ def plot(results: dict, path: Path) -> None:
         ax1.bar(xs, ys, width, label=label)
     ax1.bar([i + len(labels) * width for i in range(len(names))], [models[n]["roofline_ms_per_token"] for n in names],
             width, label="bandwidth roofline", color="0.6", hatch="//")  # fmt: skip
-    for i, n in enumerate(names):  # say why a model has no peer bars
-        if not any(k.startswith("peer_") for k in models[n]["lines"]):
-            why = "peer refused" if "refused" in models[n]["peer"] else "no peer"
-            ax1.text(i + 3.5 * width, 0.02, why, rotation=90, fontsize=7, ha="center", va="bottom",
-                     transform=ax1.get_xaxis_transform())  # fmt: skip
+    for i, n in enumerate(names):  # say why a model has no bars of a peer
+        for prefix, record, first in (("peer", "peer", 3), ("mlx_lm", "mlx_lm", 5)):
+            if not any(k.startswith(prefix + "_") for k in models[n]["lines"]):
+                why = f"{prefix} {missing_word(models[n].get(record, {}))}"
+                ax1.text(i + (first + 0.5) * width, 0.02, why, rotation=90, fontsize=7, ha="center", va="bottom",
+                         transform=ax1.get_xaxis_transform())  # fmt: skip
     ax1.set_xticks([i + 0.4 - width / 2 for i in range(len(names))], names)
     ax1.set_yscale("log")
     ax1.set_ylabel("decode ms/token (log)")
@@ -479,18 +616,26 @@ def plot(results: dict, path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
+def missing_word(record: dict) -> str:
+    """Why a peer has no line, in a word: its record says refused or none (n/a: not run)."""
+    return "refused" if "refused" in record else "none" if "none" in record else "n/a"
+
+
 def table(results: dict) -> str:
     rows = ["| model | ssmport Core AI | torch eager 1 thread | torch eager default | peer 1 thread | peer default "
-            "| roofline | % of roofline | effective GB/s |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| mlx-lm 1 CPU | mlx-lm default | roofline | % of roofline | effective GB/s |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, m in results["models"].items():
-        missing = "refused" if "refused" in m["peer"] else "none" if "none" in m["peer"] else "n/a"
 
         def cell(k: str) -> str:
-            return f"{m['lines'][k]['ms_per_token']:.1f}" if k in m["lines"] else missing
+            if k in m["lines"]:
+                return f"{m['lines'][k]['ms_per_token']:.1f}"
+            return missing_word(m.get("mlx_lm" if k.startswith("mlx_lm") else "peer", {}))
 
         rows.append(
             f"| {name} | {cell('coreai')} | {cell('torch_eager_1thread')} | {cell('torch_eager_default')} "
-            f"| {cell('peer_1thread')} | {cell('peer_default')} | {m['roofline_ms_per_token']:.1f} "
+            f"| {cell('peer_1thread')} | {cell('peer_default')} | {cell('mlx_lm_1thread')} | {cell('mlx_lm_default')} "
+            f"| {m['roofline_ms_per_token']:.1f} "
             f"| {100 * m['roofline_fraction']:.0f}% | {m['effective_gb_per_s']:.1f} |"
         )
     return "\n".join(rows)

@@ -1,6 +1,6 @@
 """benchmarks/suite.py's helpers: model selection, and that a peer is timed only when it
 computes what ssmport computes (the Mamba-2 transformers peer on mamba2-tiny, and a corrupted
-copy of its checkpoint, which must be refused)."""
+copy of its checkpoint, which must be refused). The mlx-lm peer: tests/test_bench_mlx.py."""
 
 from __future__ import annotations
 
@@ -33,8 +33,17 @@ def test_default_models_cover_every_landed_architecture():
 
     known = presets()
     assert {known[n].architecture for n in suite.DEFAULT_MODELS} == {"rwkv7", "mamba2", "gated_deltanet"}
-    # every architecture either has a peer or a recorded reason for having none
+    # every architecture either has a peer or a recorded reason for having none, and so for mlx-lm
     assert all((a in suite.PEERS) != (a in suite.NO_PEER) for a in ("rwkv7", "mamba2", "gated_deltanet"))
+    assert all((a in suite.MLX_LM_FOLDERS) != (a in suite.NO_MLX_LM) for a in ("rwkv7", "mamba2", "gated_deltanet"))
+
+
+def test_without_mlx_the_mlx_lm_line_is_skipped_with_its_reason(monkeypatch, tmp_path):
+    for module in ("mlx", "mlx.core", "mlx_lm"):
+        monkeypatch.setitem(sys.modules, module, None)  # import raises ImportError
+    record = suite.prepare_mlx_lm("rwkv7", "rwkv7-tiny", tmp_path)
+    assert "not importable" in record["none"] and list(tmp_path.iterdir()) == []
+    assert suite.mlx_lm_lines(record, np.zeros((8, 4)), TOKENS, warmup=2) == ({}, record)
 
 
 def test_peer_agreement_is_relative_to_the_logit_scale():
