@@ -10,7 +10,7 @@ from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.recipes import gate_thresholds
 from ssmport.runtime import Runner
-from ssmport.sources import rebuild_source
+from ssmport.sources import rebuild_bundle_source
 from ssmport.torch_runner import TorchRunner
 
 DEFAULT_PROMPTS = 3
@@ -40,7 +40,7 @@ def gate_bundle(
     m = bundle.manifest
     recipe = get_recipe(m.recipe.name)
     if model is None:
-        model = rebuild_source(m.source, weights)
+        model = rebuild_bundle_source(m, weights)
     if token_streams is None:
         token_streams = default_prompts(
             model.config.vocab_size, prompts, steps, tokenizer=bundle_tokenizer(bundle)
