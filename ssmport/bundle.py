@@ -29,9 +29,10 @@ TOKENIZER_DIR = "tokenizer"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON so readers never see half a file (see `files.write_output`)."""
+    """Write JSON so readers never see half a file (see `files.write_output`); a bundle's or
+    the cache's own file, so never to a device or a pipe."""
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-    write_output(path, lambda f: f.write(text.encode()))
+    write_output(path, lambda f: f.write(text.encode()), streams=False)
 
 
 MAX_MANIFEST_BYTES = 256 << 20  # the per-tensor plan of a 13B model is ~1 MB

@@ -187,9 +187,9 @@ def stale_dirs(parent: Path, pattern: str) -> list[Path]:
 
 
 # --- outputs ----------------------------------------------------------------------------
-def _target_kind(path: Path, what: str) -> tuple[Path, str]:
+def _target_kind(path: Path, what: str, streams: bool = True) -> tuple[Path, str]:
     """(the path to write, "stream" | "file"), symlinks followed; refused when it is
-    something ssmport must not write over."""
+    something ssmport must not write over (a device or FIFO too, without `streams`)."""
     label = f"{what} {path}" if what else str(path)
     real = Path(os.path.realpath(path))  # through symlinks: a link is never replaced
     try:
@@ -200,19 +200,20 @@ def _target_kind(path: Path, what: str) -> tuple[Path, str]:
         raise SsmportError(f"{label}: cannot write there ({exc.strerror})") from None
     if stat.S_ISREG(st.st_mode):
         return real, "file"
-    if stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode):
+    if streams and (stat.S_ISCHR(st.st_mode) or stat.S_ISFIFO(st.st_mode)):
         return real, "stream"
     if stat.S_ISDIR(st.st_mode):
         raise SsmportError(f"{label} is a directory; give a file path")
-    raise SsmportError(f"{label} is not a regular file, a device or a pipe; refusing to write there")
+    kinds = "a regular file, a device or a pipe" if streams else "a regular file"
+    raise SsmportError(f"{label} is not {kinds}; refusing to write there")
 
 
-def check_output(path: str | Path, what: str = "") -> None:
+def check_output(path: str | Path, what: str = "", *, streams: bool = True) -> None:
     """Refuse, before any work, an output path that `write_output` would fail on: a directory,
     a missing parent, a place that cannot be written (read-only, /proc, full permissions)."""
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
-    real, kind = _target_kind(path, what)
+    real, kind = _target_kind(path, what, streams)
     if kind == "stream":
         return  # opening a FIFO to test it would block until a reader comes
     parent = real.parent
@@ -232,15 +233,17 @@ def write_output(
     *,
     verify: Callable[[Path], None] | None = None,
     what: str = "",
+    streams: bool = True,
 ) -> None:
     """Write a whole output with `write(f)`; `verify(tmp)` may check the written file first.
 
     A regular or missing target is replaced atomically (temp file beside it, same mode as a
-    plain write); a device or FIFO is streamed to (after `verify` on a temp copy elsewhere).
+    plain write); a device or FIFO is streamed to (after `verify` on a temp copy elsewhere),
+    or refused with `streams=False` (a bundle's own files: nothing reads a pipe there).
     """
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
-    real, kind = _target_kind(path, what)
+    real, kind = _target_kind(path, what, streams)
     directory = real.parent if kind == "file" else Path(tempfile.gettempdir())
     tmp = directory / f".{real.name[:64]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:

@@ -38,13 +38,14 @@ def add_parser(sub) -> None:
 
 def _lines(script: list[str] | None):
     if script is None:
-        while True:
+        while sys.stdin is not None:  # started with stdin closed: nothing to read
             try:
                 yield input("> ")
             except EOFError:
                 return
             except UnicodeDecodeError as exc:
                 raise SsmportError(f"standard input: not valid UTF-8 text ({exc.reason} at byte {exc.start} of the line)") from None
+        return
     for line in script:
         print(f"> {line}")
         yield line
@@ -86,7 +87,7 @@ def run(args) -> int:
             session.transcript = list(snap.tokens)
         if bundle.manifest.synthetic_weights:
             print("[synthetic weights: replies are noise by design]", file=sys.stderr)
-        if script is None and sys.stdin.isatty():
+        if script is None and sys.stdin is not None and sys.stdin.isatty():
             print(HELP_LINES, file=sys.stderr)
         turns: list[tuple[list[int], str]] = []  # (transcript before the turn, message)
         for line in _lines(script):
