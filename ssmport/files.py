@@ -210,7 +210,7 @@ def _target_kind(path: Path, what: str, streams: bool = True) -> tuple[Path, str
 
 def check_output(path: str | Path, what: str = "", *, streams: bool = True) -> None:
     """Refuse, before any work, an output path that `write_output` would fail on: a directory,
-    a missing parent, a place that cannot be written (read-only, /proc, full permissions)."""
+    a missing parent, a place that cannot be written (read-only, /proc, no permission)."""
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
     real, kind = _target_kind(path, what, streams)
