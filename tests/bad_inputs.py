@@ -580,6 +580,8 @@ case("gate-tokens-not-ints", "gate", "--tokens-file with a word in it", lambda e
      "'x3' is not an integer token id")  # fmt: skip
 case("gate-tokens-out-of-range", "gate", "--tokens-file with ids outside the vocabulary",
      lambda e: ["gate", e.tok, "--tokens-file", e.write("t", "1 320")], "outside the vocabulary [0, 320)")  # fmt: skip
+case("gate-tokens-endless", "gate", "--tokens-file /dev/zero (read up to a bound, not forever)",
+     lambda e: ["gate", e.tok, "--tokens-file", "/dev/zero"], "larger than 256 MB")  # fmt: skip
 case("gate-tokens-empty", "gate", "an empty --tokens-file", lambda e: ["gate", e.tok, "--tokens-file", e.write("t", "")], "no token ids given")
 case("gate-text-no-tokenizer", "gate", "--text for a bundle without a tokenizer", lambda e: ["gate", e.plain, "--text", "hi"],
      "has no tokenizer, so --text cannot be used")  # fmt: skip
@@ -810,6 +812,8 @@ case("chat-state-garbage", "chat", "--state that is not a snapshot", lambda e: [
      "not a valid ssmport state snapshot")  # fmt: skip
 case("chat-state-truncated", "chat", "a truncated --state",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.write("s.st", e.snapshot.read_bytes()[:-64])], "not a valid ssmport state snapshot")  # fmt: skip
+case("chat-state-device", "chat", "--state /dev/zero (never read forever)",
+     lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", "/dev/zero"], "not a regular file")  # fmt: skip
 case("chat-state-dir", "chat", "--state that is a directory", lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.tmp], "cannot read (Is a directory)")
 
 

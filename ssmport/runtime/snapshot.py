@@ -84,6 +84,8 @@ class StateSnapshot:
 
         path = Path(path)
         try:
+            if path.exists() and not path.is_dir() and not path.is_file():  # /dev/zero would be read forever
+                raise SsmportError(f"{path}: not a regular file (a state snapshot is a .safetensors file)")
             data = path.read_bytes()
         except OSError as exc:
             raise SsmportError(f"{path}: cannot read ({exc.strerror})") from None
