@@ -12,22 +12,20 @@ ms/token, rather than the profiled total.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
 import json
 import time
 
 import numpy as np
 
-from ssmport._quiet import native_stderr_filtered
 from ssmport.bundle import Bundle
-from ssmport.runtime import ensure_lowered
-
-CALL = "Function Execute"
-
+from ssmport.runtime import Runner
+from ssmport.runtime.op_count import CALL_EVENT, op_type
 
 def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main") -> tuple[list[list[tuple[str, int]]], float]:
-    from coreai.runtime import AIModel, NDArray, Profiler
+    """Each op's (name, ns) of `calls` calls of `function` (main: one token on running states;
+    prefill: one full chunk from zero states), after `warmup` calls; and the ms per profiled call."""
+    from coreai.runtime import Profiler
 
     starts: dict[int, tuple[str, int]] = {}
     intervals: list[tuple[str, int]] = []
@@ -40,57 +38,43 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main")
         name, t0 = starts.pop(interval)
         intervals.append((name, event.timestamp - t0))
 
-    lowered, _ = ensure_lowered(bundle)
-    loop = asyncio.new_event_loop()
-    with native_stderr_filtered():
-        model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function(function, profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end))
-    d = fn.desc
-    states = {n: NDArray(np.zeros(d.state_descriptor(n).shape, np.dtype(d.state_descriptor(n).dtype))) for n in d.state_names}
     rng = np.random.default_rng(0)
-    vocab = bundle.manifest.vocab_size
+    with Runner(bundle, profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end)) as runner:
+        if function == "main":
+            call = lambda: runner.step(int(rng.integers(1, runner.vocab_size)))  # noqa: E731
+        elif runner.has_prefill and runner.layout == "ssmport":
 
-    rows = bundle.manifest.prefill.chunk if function != "main" else 1
-
-    def call() -> None:
-        inputs = {
-            "input_ids": NDArray(rng.integers(1, vocab, (1, rows)).astype(np.int32)),
-            "position_ids": NDArray(np.arange(rows, dtype=np.int32)[None]),
-        }
-        if function != "main":  # a full chunk
-            inputs["valid_len"] = NDArray(np.array([rows], np.int32))
-        loop.run_until_complete(fn(inputs=inputs, state=states))
-
-    for _ in range(warmup):
-        call()
-    intervals.clear()
-    start = time.perf_counter()
-    for _ in range(calls):
-        call()
-    profiled_ms = 1000 * (time.perf_counter() - start) / calls
+            def call() -> None:
+                runner.reset()
+                runner.feed(rng.integers(1, runner.vocab_size, runner.prefill_chunk).tolist())
+        else:
+            raise SystemExit(f"{bundle.path}: no ssmport-layout prefill function to profile")
+        for _ in range(warmup):
+            call()
+        intervals.clear()
+        start = time.perf_counter()
+        for _ in range(calls):
+            call()
+        profiled_ms = 1000 * (time.perf_counter() - start) / calls
     per_call, current = [], []
     for name, ns in intervals:
-        if name == CALL:
+        if name == CALL_EVENT:
             per_call.append(current)
             current = []
         else:
             current.append((name, ns))
-    del fn, model
-    loop.close()
     return per_call, profiled_ms
-
 
 def by_op_type(per_call: list[list[tuple[str, int]]]) -> dict[str, dict]:
     n = min(len(c) for c in per_call)
     totals: collections.Counter = collections.Counter()
     counts: collections.Counter = collections.Counter()
     for i in range(n):
-        name = per_call[0][i][0].removeprefix("call.").removeprefix("coreai.").removeprefix("decomposable.")
+        name = op_type(per_call[0][i][0])
         totals[name] += min(c[i][1] for c in per_call)
         counts[name] += 1
     whole = sum(totals.values())
     return {k: {"ms": v / 1e6, "share": v / whole, "ops": counts[k]} for k, v in totals.most_common()}
-
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -110,7 +94,6 @@ def main() -> None:
           f"(profiled call {profiled_ms:.1f} ms, profiler overhead included)")  # fmt: skip
     for name, r in list(table.items())[: a.top]:
         print(f"  {name:36} {r['ms']:8.2f} ms {100 * r['share']:5.1f}% {r['ops']:5d} ops")
-
 
 if __name__ == "__main__":
     main()

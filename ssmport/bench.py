@@ -4,7 +4,8 @@ same process.
 
 The JSON keys of `bench_bundle` are read by external checks; keep them stable:
 `load_s_first`, `load_s_cached`, `decode_ms_per_token`, `prefill_tokens_per_s`,
-`state_bytes`, `asset_bytes`, `weight_bytes_per_token`, `effective_gb_per_s`.
+`state_bytes`, `asset_bytes`, `weight_bytes_per_token`, `effective_gb_per_s`,
+`ops_per_decode_call`, `ops_per_prefill_chunk`.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import numpy as np
 from ssmport.bundle import Bundle, dir_bytes
 from ssmport.manifest import Manifest
 from ssmport.runtime import Runner, forget_lowering
+from ssmport.runtime.op_count import count_ops
 
 DEFAULT_STEPS = 64
 DEFAULT_WARMUP = 8
@@ -113,6 +115,10 @@ def bench_bundle(
     finally:
         runner.close()
 
+    ops = count_ops(bundle)  # a separate, profiled load: the profiler would slow the timed calls
+    result["ops_per_decode_call"] = ops["main"].ops
+    result["ops_per_prefill_chunk"] = ops["prefill"].ops if "prefill" in ops else None
+    result["runtime_ops"] = {function: count.to_json() for function, count in ops.items()}
     result["state_bytes"] = state_bytes(m)
     result["asset_bytes"] = dir_bytes(bundle.asset_path)
     result["weight_bytes_per_token"] = weight_bytes_per_token(m)

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 
 from ssmport.errors import SsmportError
-from ssmport.manifest import TensorEntry
+from ssmport.manifest import DYNAMIC_DIM, TensorEntry
 from ssmport.state import StateSpec
 
 _IR_DTYPES = {"f32": "float32", "f16": "float16", "bf16": "bfloat16", "si32": "int32", "si64": "int64",
@@ -31,10 +31,11 @@ class GraphSignature:
 
 
 def _parse_type(text: str) -> tuple[tuple[int, ...], str]:
-    """`tensor<2x1x8xf32>` or `!coreai.handle<tensor<2x1x8xf32>>` -> ((2, 1, 8), "float32")."""
+    """`tensor<2x1x8xf32>` or `!coreai.handle<tensor<2x1x8xf32>>` -> ((2, 1, 8), "float32");
+    a dynamic dimension (`?`) is -1, as the runtime's descriptors report it."""
     inner = re.search(r"tensor<([^>]*)>", text).group(1)
     *dims, elem = inner.split("x")
-    return tuple(int(d) for d in dims), _IR_DTYPES.get(elem, elem)
+    return tuple(DYNAMIC_DIM if d == "?" else int(d) for d in dims), _IR_DTYPES.get(elem, elem)
 
 
 def _names(attr) -> list[str]:

@@ -36,6 +36,7 @@ from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_
 from ssmport.contract import GraphSignature, check_contract, graph_names, read_signature
 from ssmport.errors import SsmportError
 from ssmport.interrupts import interrupts_deferred
+from ssmport.manifest import LAYOUTS
 from ssmport.manifest import (
     AssetEntry, FunctionEntry, Manifest, PrefillEntry, RecipeEntry, StateEntry, TokenizerEntry,
 )  # fmt: skip
@@ -82,9 +83,12 @@ def export(
     gate_steps: int = EXPORT_GATE_STEPS,
     progress: bool = True,
     prefill_chunk: int | None = DEFAULT_CHUNK,
+    layout: str = "ssmport",
 ) -> ExportResult:
     """Export `spec` (preset, checkpoint path, Hub repo, or an already loaded model) as a
-    bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill")."""
+    bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill").
+    `layout` "apple": the functions, states and files Apple's engines load and drive
+    (docs/apple-engines.md); the default "ssmport" is the M=1 decode graph + padded chunks."""
     started = time.perf_counter()
     state_dtype = state_dtype or DEFAULT_STATE_DTYPE
     if state_dtype not in STATE_DTYPES:
@@ -94,6 +98,8 @@ def export(
     if gate and not 1 <= gate_steps <= MAX_GATE_TOKENS:
         raise SsmportError(f"--gate-steps must be at least 1 and at most {MAX_GATE_TOKENS:,} (or pass --no-gate)")
     check_chunk(prefill_chunk)
+    if layout not in LAYOUTS:
+        raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
     with interrupts_deferred(), Stages(enabled=progress) as stages:  # see ssmport.interrupts
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
@@ -103,10 +109,14 @@ def export(
                     str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab, file=file, display=stages
                 )
         recipe = get_recipe(quant or default_quant(model))
+        longest = model.architecture.max_prefill_chunk
+        if layout == "ssmport" and prefill_chunk is not None and longest is not None and prefill_chunk > longest:
+            raise SsmportError(f"--prefill-chunk {prefill_chunk}: {model.architecture.name}'s chunkwise prefill is "
+                               f"exact for chunks of up to {longest} tokens")  # fmt: skip
         final = Path(out) / check_bundle_name(name or f"{model.name}-{recipe.name}")
         with staged_directory(final, overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(
-                model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk
+                model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk, layout
             )
             bundle = Bundle(tmp, manifest)
             headline = None
@@ -117,6 +127,9 @@ def export(
                     bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages
                 )
                 headline = report.headline()
+                from ssmport.runtime.op_count import count_ops
+
+                manifest.export["runtime_ops"] = {f: c.to_json() for f, c in count_ops(bundle).items()}
             manifest.export["seconds"] = round(time.perf_counter() - started, 2)
             manifest.export["peak_rss_mb"] = _peak_rss_mb()
             bundle.save_manifest()
@@ -131,14 +144,14 @@ def _build_bundle(
     name: str,
     stages: Stages,
     prefill_chunk: int | None,
+    layout: str = "ssmport",
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
     recipe = get_recipe(quant)
-    specs = arch.state_specs(cfg, state_dtype)
     builder = WeightBuilder(recipe, arch.keeps_float, on_store=stages.advance)
 
-    converted = convert(model, builder, state_dtype, stages, prefill_chunk)
-    signature = converted.decode
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout)
+    signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
         converted.program.save_asset(out / ASSET)
@@ -165,7 +178,12 @@ def _build_bundle(
         tokenizer=tokenizer,
         notes=list(model.notes),
         export={"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
+        layout=layout,
     )
+    if layout == "apple":
+        from ssmport.apple.export import write_files
+
+        write_files(out, manifest, model)
     Bundle(out, manifest).save_manifest()
     return manifest
 
@@ -178,6 +196,18 @@ class Converted:
     decode: GraphSignature
     prefill: GraphSignature | None  # None: a decode-only program
     prefill_chunk: int | None
+    specs: list  # the states of both functions, as the layout stores them
+    layout: str = "ssmport"
+
+
+@dataclass
+class _Function:
+    name: str
+    module: torch.nn.Module
+    example: tuple[torch.Tensor, ...]
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    dynamic_shapes: tuple | None = None
 
 
 def convert(
@@ -186,10 +216,12 @@ def convert(
     state_dtype: torch.dtype,
     stages: Stages | None = None,
     prefill_chunk: int | None = DEFAULT_CHUNK,
+    layout: str = "ssmport",
 ) -> Converted:
     """Build the decode module (and the prefill module, when the architecture has one and
     `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
-    function "main" and function "prefill", sharing the weights.
+    function "main" and function "prefill", sharing the weights. `layout` "apple": the
+    functions Apple's engines drive (ssmport.apple.graph), over the same blocks.
 
     Both functions' signatures are read from the IR and checked against the contract.
     """
@@ -205,47 +237,69 @@ def convert(
     if prefill is not None:
         prefill.eval()
         _check_buffers(prefill, specs)
+    if layout == "apple":
+        functions, specs = _apple_functions(arch, cfg, module, prefill is not None)
+    else:
+        # two distinct tensors: torch.export merges an input passed twice into one placeholder
+        example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
+        functions = [_Function("main", module, example, INPUT_NAMES, OUTPUT_NAMES)]
+        if prefill is not None:
+            functions.append(_Function(PREFILL_FUNCTION, prefill, example_inputs(prefill_chunk), PREFILL_INPUT_NAMES,
+                                       OUTPUT_NAMES))  # fmt: skip
+    del module, prefill
     _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
-        example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
-        ep = _export_program(module, example)
-        ep_prefill = None if prefill is None else _export_program(prefill, example_inputs(prefill_chunk))
+        programs = [_export_program(f.module, f.example, f.dynamic_shapes) for f in functions]
 
     with stages.stage("Converting to Core AI"):
         from coreai_torch import TorchConverter
 
         state_names = [s.name for s in specs]
         with python_stdout_captured():
-            converter = TorchConverter(mode=TorchConverter.Mode.RELEASE).add_exported_program(
-                ep, input_names=list(INPUT_NAMES), output_names=list(OUTPUT_NAMES), state_names=state_names
-            )
-            if ep_prefill is not None:
+            converter = TorchConverter(mode=TorchConverter.Mode.RELEASE)
+            for f, ep in zip(functions, programs):
                 converter = converter.add_exported_program(
-                    ep_prefill,
-                    input_names=list(PREFILL_INPUT_NAMES),
-                    output_names=list(OUTPUT_NAMES),
-                    state_names=state_names,
-                    entrypoint_name=PREFILL_FUNCTION,
-                )
+                    ep, input_names=list(f.inputs), output_names=list(f.outputs), state_names=state_names,
+                    **({} if f.name == "main" else {"entrypoint_name": f.name}),
+                )  # fmt: skip
             program = converter.to_coreai()
-        del ep, ep_prefill, module, prefill, converter
+        contracts = [(f.name, f.inputs, f.outputs) for f in functions]
+        del functions, programs, converter
         _return_freed_memory()
-        signature = read_signature(program)
-        check_contract(signature, INPUT_NAMES, OUTPUT_NAMES, specs)
-        prefill_sig = None
-        if PREFILL_FUNCTION in graph_names(program):
-            prefill_sig = read_signature(program, PREFILL_FUNCTION)
-            check_contract(prefill_sig, PREFILL_INPUT_NAMES, OUTPUT_NAMES, specs)
-    return Converted(program, signature, prefill_sig, prefill_chunk if prefill_sig else None)
+        signatures = {}
+        for name, inputs, outputs in contracts:
+            signatures[name] = read_signature(program, name)
+            check_contract(signatures[name], inputs, outputs, specs)
+    prefill_sig = signatures.get(PREFILL_FUNCTION)
+    chunk = None if prefill_sig is None else (_apple_rows(arch) if layout == "apple" else prefill_chunk)
+    return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout)
 
 
-def _export_program(module: torch.nn.Module, example: tuple[torch.Tensor, ...]):
+def _apple_functions(arch, cfg, decode, with_prefill: bool) -> tuple[list[_Function], list]:
+    from ssmport.apple import export as apple
+
+    main, prefill = apple.apple_modules(arch, cfg, decode, with_prefill)
+    functions = []
+    for name, module in ((apple.MAIN, main), (apple.PREFILL, prefill)):
+        if module is not None:
+            example, dynamic = apple.example_and_shapes(module)
+            functions.append(_Function(name, module, example, apple.INPUT_NAMES, apple.OUTPUT_NAMES[name], dynamic))
+    return functions, list(main.specs)
+
+
+def _apple_rows(arch) -> int:
+    from ssmport.apple.export import max_rows
+
+    return max_rows(arch)
+
+
+def _export_program(module: torch.nn.Module, example: tuple[torch.Tensor, ...], dynamic_shapes=None):
     import coreai_torch
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)  # torch-internal pytree deprecations
-        ep = torch.export.export(module, example)
+        ep = torch.export.export(module, example, dynamic_shapes=dynamic_shapes)
         return ep.run_decompositions(coreai_torch.get_decomp_table())
 
 
@@ -259,7 +313,8 @@ def _prefill_entry(converted: Converted) -> PrefillEntry | None:
     if sig is None:
         return None
     main = _function_entry(sig)
-    return PrefillEntry(main.function, main.inputs, main.outputs, converted.prefill_chunk)
+    padding = "none" if converted.layout == "apple" else "valid_len"
+    return PrefillEntry(main.function, main.inputs, main.outputs, converted.prefill_chunk, padding)
 
 
 def _check_buffers(module: torch.nn.Module, specs) -> None:

@@ -54,7 +54,7 @@ def gate_bundle(
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(
                 candidate, reference, token_streams, recipe.name,
-                gate_thresholds(recipe, m.recipe.state_dtype),
+                gate_thresholds(recipe, m.recipe.state_dtype, m.main.outputs[0].dtype),
                 synthetic=model.synthetic, on_step=stages.advance,
             )  # fmt: skip
     finally:

@@ -41,6 +41,7 @@ class Step:
     valid_len: torch.Tensor | None  # None: decode, one token; else int32 [1], the real rows of a chunk
     positions: torch.Tensor  # int32 [T]: each row's position in the sequence
     carry: dict[str, Any] = field(default_factory=dict)  # values handed from block to block (v_first)
+    max_rows: int | None = None  # when T is symbolic (a dynamic-shape export): its upper bound
 
     @property
     def decode(self) -> bool:

@@ -19,6 +19,8 @@ from ssmport.errors import BundleError
 FORMAT = "ssmport-bundle"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+DYNAMIC_DIM = -1  # a dimension each call sets (the apple layout's token and position counts)
+LAYOUTS = ("ssmport", "apple")  # see ssmport.apple.graph for "apple"
 
 
 @dataclass(frozen=True)
@@ -79,18 +81,22 @@ class FunctionEntry:
 
 @dataclass(frozen=True)
 class PrefillEntry(FunctionEntry):
-    chunk: int = 0
-    padding: str = "valid_len"  # tokens at t >= valid_len are padding; logits of token valid_len-1
+    chunk: int = 0  # tokens per call (apple layout: the most a call may carry)
+    padding: str = "valid_len"  # "valid_len": rows >= valid_len are padding, logits of row valid_len-1; "none": apple
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> PrefillEntry:
+        from ssmport.prefill import MAX_CHUNK  # here: ssmport.prefill imports torch
+
         base = FunctionEntry.from_json(data, where)
         r = _Reader(data, where)
         chunk = r.int("chunk")
         ids = next((t for t in base.inputs if t.name == "input_ids"), None)
-        if chunk < 1 or ids is None or ids.shape != (1, chunk):
+        # The runner sizes its buffers from the chunk: it must be the input's (or, for a
+        # dynamic token count, within the bound an export allows).
+        if not 1 <= chunk <= MAX_CHUNK or ids is None or ids.shape not in ((1, chunk), (1, DYNAMIC_DIM)):
             raise BundleError(f"{where}: prefill chunk {chunk} does not match its input_ids "
-                              f"{list(ids.shape) if ids else 'input'} (expected [1, {chunk}])")  # fmt: skip
+                              f"{list(ids.shape) if ids else '(none)'} (expected [1, {chunk}], at most {MAX_CHUNK})")  # fmt: skip
         return cls(base.function, base.inputs, base.outputs, chunk, r.str("padding", "valid_len"))
 
     def to_json(self) -> dict:
@@ -165,6 +171,7 @@ class Manifest:
     export: dict[str, Any] = field(default_factory=dict)  # stage seconds, seconds, peak RSS
     ssmport_version: str = ""
     format_version: int = FORMAT_VERSION
+    layout: str = "ssmport"  # "ssmport": main [1,1] + padded prefill chunks; "apple": Apple's engines' signatures
 
     @property
     def vocab_size(self) -> int:
@@ -195,6 +202,7 @@ class Manifest:
             "gate": None if self.gate is None else asdict(self.gate),
             "notes": list(self.notes),
             "export": self.export,
+            "layout": self.layout,
         }
 
     @classmethod
@@ -218,6 +226,9 @@ class Manifest:
                 raise BundleError(f"{where}: field 'plan' has no valid summary ({key!r} and 'total')")
         if not all(isinstance(t, dict) for t in plan["tensors"]):
             raise BundleError(f"{where}: field 'plan' has a tensor entry that is not an object")
+        layout = r.str("layout", "ssmport")
+        if layout not in LAYOUTS:
+            raise BundleError(f"{where}: unknown layout {layout!r} (this ssmport knows {', '.join(LAYOUTS)})")
         prefill = r.optional_dict("prefill")
         tokenizer = r.optional_dict("tokenizer")
         gate = r.optional_dict("gate")
@@ -246,6 +257,7 @@ class Manifest:
             export=dict(export),
             ssmport_version=str(data.get("ssmport_version", "")),
             format_version=int(version),
+            layout=layout,
         )
 
 
@@ -286,7 +298,7 @@ class _Reader:
 
     def shape(self, key: str) -> tuple[int, ...]:
         value = self._get(key, (list,))
-        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in value):
+        if not all(isinstance(d, int) and not isinstance(d, bool) and d >= DYNAMIC_DIM for d in value):
             raise BundleError(f"{self.where}: field {key!r} is not a shape")
         return tuple(value)
 

@@ -11,6 +11,7 @@ from typing import Any
 from ssmport.architectures import Architecture, LoadedModel, architectures, get_architecture, presets
 from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
+from ssmport.pretrained import bundled_checkpoint
 
 DEFAULT_SEED = 0
 PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS"
@@ -91,6 +92,8 @@ def _resolve(spec: str, weights, synthetic: bool, seed: int, file: str | None, d
             raise SsmportError(f"--file goes with a Hub repo name; preset {name} has its own source (see `ssmport list`)")
         if revision is not None and (weights is not None or synthetic or preset.hub is None):
             raise SsmportError(f"{spec}: a revision picks what is downloaded; {name} downloads nothing here")
+        if weights is None and not synthetic:
+            weights = bundled_checkpoint(preset.name)  # a preset whose weights ship with ssmport
         if weights is not None:
             return _as_preset(load_checkpoint(Path(weights)), preset)
         if synthetic or not preset.released:

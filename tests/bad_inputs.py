@@ -175,6 +175,7 @@ for sub, argv in (("export", lambda e: ["export", e.path(NON_UTF8)]), ("gate", l
                   ("generate", lambda e: ["generate", e.path(NON_UTF8), "--tokens", "1"]),
                   ("chat", lambda e: ["chat", e.tok, "--script", e.path(NON_UTF8)]),
                   ("inspect", lambda e: ["inspect", e.path(NON_UTF8)]), ("bench", lambda e: ["bench", e.path(NON_UTF8)]),
+                  ("check-engine", lambda e: ["check-engine", e.path(NON_UTF8)]),
                   ("tokenize", lambda e: ["tokenize", e.vocab, "--text", NON_UTF8]),
                   ("tokenizer", lambda e: ["tokenizer", "export", e.vocab, "-o", e.path(NON_UTF8)])):  # fmt: skip
     case(f"{sub}-non-utf8-argument", sub, "an argument with bytes that are not UTF-8 (a path the runtime cannot encode)",
@@ -456,6 +457,8 @@ for cid, what, edit, message in (
     case(cid, "export", f"gdn config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.gdn, edit), *_out(e)], message)
 
 # === export: options =======================================================================
+case("layout-unknown", "export", "an unknown --layout", lambda e: ["export", e.pth, "--layout", "android", *_out(e)],
+     "invalid choice: 'android'")  # fmt: skip
 case("quant-unknown", "export", "an unknown --quant", lambda e: ["export", e.pth, "--quant", "int4", *_out(e)], "invalid choice: 'int4'")
 case("state-dtype-unknown", "export", "an unknown --state-dtype", lambda e: ["export", e.pth, "--state-dtype", "fp8", *_out(e)],
      "invalid choice: 'fp8'")  # fmt: skip
@@ -852,6 +855,18 @@ case("chat-save-state-proc", "chat", "--save-state where nothing can be created"
 case("chat-save-state-immutable", "chat", "--save-state in a folder nothing can be written to (checked before the chat)",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--save-state", e.immutable(e.write("ro/keep", "x").parent) / "s.st"], "cannot write there")  # fmt: skip
 
+# === check-engine ===========================================================================
+case("check-engine-missing-bundle", "check-engine", "a bundle that does not exist", lambda e: ["check-engine", e.path("none")],
+     "not a bundle directory")  # fmt: skip
+case("check-engine-file", "check-engine", "a file given as the bundle", lambda e: ["check-engine", e.write("f", "x")], "not a bundle directory")
+case("check-engine-manifest-corrupt", "check-engine", "a manifest.json that is not JSON",
+     lambda e: ["check-engine", (lambda b: (b / "manifest.json").write_text("[") and b)(e.bundle())], "unreadable manifest")  # fmt: skip
+case("check-engine-layout-unknown", "check-engine", "a manifest naming a layout this ssmport does not know",
+     lambda e: ["check-engine", e.bundle(_set("layout", "android"))], "unknown layout 'android'")  # fmt: skip
+case("check-engine-no-asset", "check-engine", "a bundle without its asset",
+     lambda e: ["check-engine", (lambda b: shutil.rmtree(b / "model.aimodel") or b)(e.bundle())], "bundle is incomplete")  # fmt: skip
+case("check-engine-option", "check-engine", "an unknown option", lambda e: ["check-engine", e.tok, "--yaml"], "unrecognized arguments: --yaml")
+
 # === bench ==================================================================================
 option_cases("bench", lambda e: ["bench", e.tok], (("steps-0", "--steps", "0", "--steps must be at least 1 (got 0)"),
                                   ("steps-huge", "--steps", str(10**9), "--steps must be at most 100,000"),
@@ -923,7 +938,8 @@ case("tokenizer-out-socket", "tokenizer", "-o that is a socket", lambda e: ["tok
 
 # === the generated docs ====================================================================
 BEGIN, END = "<!-- bad-inputs: begin (generated from tests/bad_inputs.py) -->", "<!-- bad-inputs: end -->"
-_ORDER = ("ssmport", "--plugin", "export", "gate", "logits", "generate", "chat", "inspect", "bench", "list", "tokenize", "tokenizer")
+_ORDER = ("ssmport", "--plugin", "export", "gate", "logits", "generate", "chat", "inspect", "check-engine", "bench", "list",
+          "tokenize", "tokenizer")  # fmt: skip
 
 
 def markdown() -> str:

@@ -6,16 +6,23 @@ import math
 
 from ssmport.bench import measure_read_bandwidth, state_bytes, weight_bytes_per_token
 from ssmport.bundle import Bundle, dir_bytes
+from ssmport.exporter import export
 
 
-def test_weight_bytes_per_token_reads_one_embedding_row(pth_fp32_bundle):
+def test_weight_bytes_per_token_reads_one_embedding_row(pth_fp32_bundle, blinkdl_pth, tmp_path):
     m = Bundle.open(pth_fp32_bundle.path).manifest
     stored = sum(e["bytes"] for e in m.plan_tensors)
     vocab, width = m.config["vocab_size"], m.config["hidden_size"]
     # fp32: the whole plan once, except the [vocab, C] table, of which one row is read.
     assert weight_bytes_per_token(m) == stored - vocab * width * 4 + width * 4
-    # and the plan is the asset: its bytes are within the asset's container overhead
-    assert 0.95 < stored / dir_bytes(pth_fp32_bundle.path / "model.aimodel") <= 1.0
+    # and the plan is the asset: a decode-only asset is the plan within its container overhead
+    decode_only = export(str(blinkdl_pth), tmp_path, quant="fp32", gate=False, progress=False, prefill_chunk=None)
+    assert 0.95 < stored / dir_bytes(decode_only.path / "model.aimodel") <= 1.0
+    # the prefill function shares those weights and adds only its chunk's masks ([T, T] and
+    # [H, T, T] constants), not a second copy
+    T, heads = m.prefill.chunk, width // m.config["head_size"]
+    added = dir_bytes(pth_fp32_bundle.path / "model.aimodel") - dir_bytes(decode_only.path / "model.aimodel")
+    assert 0 < added < 8 * T * T * 4 * (1 + heads) < stored / 2
 
 
 def test_state_bytes_from_the_config(pth_fp32_bundle):

@@ -88,7 +88,7 @@ def test_contract_names_order_shapes_dtypes(pth_fp32_bundle, dims):
 @pytest.mark.parametrize("quant", ["fp32", "fp16"])
 def test_each_state_written_once_in_ir(blinkdl_pth, quant):
     """Apple's GPU delegate keeps one write per state handle: count them in the IR of both
-    functions (decode and prefill), outside any loop body."""
+    functions (decode and prefill), at the top level."""
     model = load_checkpoint(blinkdl_pth)
     builder = WeightBuilder(get_recipe(quant), model.architecture.keeps_float)
     program = convert(model, builder, torch.float32, prefill_chunk=4).program
@@ -96,7 +96,6 @@ def test_each_state_written_once_in_ir(blinkdl_pth, quant):
     for function in ("main", "prefill"):
         assert writes_per_state(program, function) == {"recState": 1, "shiftState": 1}
         assert writes_per_state(program, function, top_level_only=True) == {"recState": 1, "shiftState": 1}
-    assert "coreai.while" in graph_texts(program)["prefill"] and "coreai.while" not in graph_texts(program)["main"]
 
 
 def test_fp16_bundle_gated(pth_fp16_bundle, blinkdl_pth):

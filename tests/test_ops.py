@@ -221,3 +221,37 @@ def test_rotary_equals_rotate_half(rotary_dim):
     cos, sin = attention.rotary_tables(positions, attention.rotary_frequencies(d, rotary_dim, 10000.0))
     got = attention.apply_rotary(x, cos, sin, attention.rotate_half_matrix(d, rotary_dim))
     close(got, attention.apply_rotary_naive(x, positions, rotary_dim, 10000.0))
+
+
+@pytest.mark.parametrize("T,valid", [(1, 1), (8, 5), (16, 16)])
+def test_wkv7_chunk_equals_the_step_loop(T, valid):
+    H, N, Nv = 2, 8, 6
+    f64 = torch.float64
+    S0, r, k, v = randn(H, N, Nv, dtype=f64), randn(T, H, N, dtype=f64), randn(T, H, N, dtype=f64), randn(T, H, Nv, dtype=f64)
+    kk = norms.unit_normalize(randn(T, H, N, dtype=f64))
+    a = torch.rand(T, H, N, generator=G, dtype=f64)
+    w = torch.exp(-math.exp(-0.5) * torch.sigmoid(4 * randn(T, H, N, dtype=f64)))  # RWKV-7's decay range
+    S_chunk, y_chunk = wkv7.chunk(S0, r, w, kk, kk * a, k, v, torch.tensor([valid]))
+    S = S0.clone()
+    for t in range(valid):
+        for h in range(H):  # the naive step in BlinkDL's [V, K] layout
+            s, y = wkv7.naive_step(S[h].t(), r[t, h], w[t, h], kk[t, h], a[t, h], k[t, h], v[t, h])
+            S[h] = s.t()
+            close(y_chunk[t, h], y, 1e-9)
+    close(S_chunk, S, 1e-9)
+
+
+def test_wkv7_chunk_holds_in_fp32_at_the_longest_chunk_and_the_strongest_decay():
+    """exp(+-L) stays inside fp32 at MAX_CHUNK tokens of the strongest decay RWKV-7 allows."""
+    T, H, N, Nv = wkv7.MAX_CHUNK, 2, 16, 8
+    S0, r, k, v = randn(H, N, Nv), randn(T, H, N), randn(T, H, N), randn(T, H, Nv)
+    kk = norms.unit_normalize(randn(T, H, N))
+    w = torch.full((T, H, N), math.exp(-math.exp(-0.5)) * 1.0001)
+    S_chunk, y_chunk = wkv7.chunk(S0, r, w, kk, kk * 0.5, k, v, torch.tensor([T]))
+    S = S0.double()
+    for t in range(T):
+        S, _ = wkv7.step(S.view(1, H, N, Nv), *(x[t].double().view(shape) for x, shape in (
+            (r, (1, H, 1, N)), (w, (1, H, N, 1)), (kk, (1, H, 1, N)), (kk * 0.5, (1, H, N, 1)), (k, (1, H, N, 1)),
+            (v, (1, H, 1, Nv)))))  # fmt: skip
+    assert torch.isfinite(S_chunk).all() and torch.isfinite(y_chunk).all()
+    close(S_chunk.double(), S.view(H, N, Nv), 1e-4)

@@ -12,6 +12,18 @@ from ssmport.architectures.base import Architecture, LoadedModel, Preset
 from ssmport.errors import SsmportError
 
 _ARCHITECTURES: dict[str, Architecture] = {}
+_BUILTINS_REGISTERED = False
+
+
+def _registry() -> dict[str, Architecture]:
+    """The registry, with the built-ins in it. They are registered on first use rather than at
+    import, so `import ssmport.models.rwkv7` works on its own (the packages import
+    `ssmport.architectures.base`, which runs this module)."""
+    global _BUILTINS_REGISTERED
+    if not _BUILTINS_REGISTERED:
+        _BUILTINS_REGISTERED = True
+        _register_builtins()
+    return _ARCHITECTURES
 
 
 def register_architecture(arch: Architecture, *, replace: bool = False) -> Architecture:
@@ -31,39 +43,41 @@ def register_architecture(arch: Architecture, *, replace: bool = False) -> Archi
     """
     if not isinstance(arch, Architecture):
         raise TypeError(f"expected an ssmport Architecture, got {type(arch).__name__}")
-    if arch.name in _ARCHITECTURES and not replace:
+    registry = _registry()
+    if arch.name in registry and not replace:
         raise ValueError(f"architecture {arch.name!r} is already registered (pass replace=True)")
     foreign = [p.name for p in arch.presets if p.architecture != arch.name]
     if foreign:
         raise ValueError(f"preset(s) {', '.join(foreign)} of {arch.name!r} name another architecture")
     if arch.tiny_preset is not None and arch.tiny_preset not in {p.name for p in arch.presets}:
         raise ValueError(f"tiny_preset {arch.tiny_preset!r} is not one of {arch.name!r}'s presets")
-    taken = {p.name for a in _ARCHITECTURES.values() if a.name != arch.name for p in a.presets}
+    taken = {p.name for a in registry.values() if a.name != arch.name for p in a.presets}
     clash = [p.name for p in arch.presets if p.name in taken]
     if clash:
         raise ValueError(f"preset name(s) already registered: {', '.join(clash)}")
-    _ARCHITECTURES[arch.name] = arch
+    registry[arch.name] = arch
     return arch
 
 
 def architectures() -> list[Architecture]:
     """Every registered architecture, in registration order (built-ins first)."""
-    return list(_ARCHITECTURES.values())
+    return list(_registry().values())
 
 
 def get_architecture(name: str) -> Architecture:
     """The registered architecture called `name`, or a one-line `SsmportError`."""
-    if name not in _ARCHITECTURES:
+    registry = _registry()
+    if name not in registry:
         raise SsmportError(
-            f"unknown architecture {name!r}; available: {', '.join(_ARCHITECTURES)} "
+            f"unknown architecture {name!r}; available: {', '.join(registry)} "
             "(an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS)"
         )
-    return _ARCHITECTURES[name]
+    return registry[name]
 
 
 def presets() -> dict[str, Preset]:
     """Every registered preset, by name."""
-    return {p.name: p for a in _ARCHITECTURES.values() for p in a.presets}
+    return {p.name: p for a in _registry().values() for p in a.presets}
 
 
 def _register_builtins() -> None:
@@ -74,9 +88,6 @@ def _register_builtins() -> None:
     register_architecture(RWKV7)
     register_architecture(MAMBA2)
     register_architecture(GATED_DELTANET)
-
-
-_register_builtins()
 
 __all__ = [
     "Architecture",

@@ -115,6 +115,8 @@ class Architecture(ABC):
         tiny_preset: the name of one of `presets` small enough to export and gate in a few
             seconds: `ssmport.testing.check_architecture` and the built-in contract tests
             use it. None: the architecture declares no tiny config.
+        max_prefill_chunk: the longest `--prefill-chunk` its prefill form is exact for (None:
+            no limit of its own).
     """
 
     name: str  # Hugging Face `model_type`, e.g. "rwkv7"
@@ -122,6 +124,7 @@ class Architecture(ABC):
     hf_architectures: tuple[str, ...] = ()
     presets: tuple[Preset, ...] = field(default_factory=tuple)
     tiny_preset: str | None = None
+    max_prefill_chunk: int | None = None  # the longest prefill chunk its chunkwise forms are exact for
 
     # --- configs -------------------------------------------------------------------
     @abstractmethod
@@ -233,6 +236,13 @@ class Architecture(ABC):
     def reference(self, config: ArchConfig, weights: TensorSource) -> ReferenceModel:
         """The plain fp32 reference loop, written for reading: the spec `build_decode` is
         tested against (`zero_state()`, then `step(token, state) -> logits [V]`)."""
+
+    def apple_state_splits(self, config: ArchConfig) -> list | None:
+        """How the apple layout stores this architecture's states (`ssmport.apple.graph.StateSplit`:
+        a native state kept as parts, e.g. so a pure-recurrent model has three states; [] keeps
+        them as they are). None: no apple layout (its chunk forms must be loop-free and
+        shape-polymorphic in T first). Default: None."""
+        return None
 
     def default_vocab(self, config: ArchConfig) -> tuple[Path, str] | None:
         """Tokenizer hook: (vocab file, origin) to attach when none sits next to the

@@ -16,7 +16,8 @@ def add_parser(sub) -> None:
         help="load times, decode ms/token, weight bytes per token and the memory roofline",
         description="Measure, in one process: bundle load time (first: hash + lower + load; "
         "cached), decode ms/token on the Core AI runtime (median over --steps tokens after "
-        "--warmup), prefill tokens/s when the bundle has a prefill function, state and asset "
+        "--warmup), prefill tokens/s when the bundle has a prefill function, runtime ops per "
+        "decode call and per prefill chunk (the runtime Profiler's count), state and asset "
         "bytes, weight bytes read per token (from the manifest's plan) and the effective GB/s, "
         "against the machine's single-thread memory read bandwidth. --torch adds the fp32 "
         "torch eager reference of the same model at 1 thread and at the default thread count.",
@@ -63,6 +64,7 @@ def run(args) -> int:
     print(f"  decode         {r['decode_ms_per_token']:.2f} ms/token (Core AI runtime, single-threaded)")
     prefill = r["prefill_tokens_per_s"]
     print(f"  prefill        {f'{prefill:.1f} tokens/s' if prefill is not None else 'n/a (no prefill function)'}")
+    print(f"  ops/call       {ops_line(r)}")
     print(f"  state          {r['state_bytes'] / mb:.2f} MB (fixed: independent of context length)")
     print(f"  asset          {r['asset_bytes'] / mb:.1f} MB")
     print(f"  weights/token  {r['weight_bytes_per_token'] / mb:.1f} MB -> {r['effective_gb_per_s']:.2f} GB/s effective")
@@ -73,3 +75,15 @@ def run(args) -> int:
         print(f"  torch eager    {r['torch_ms_per_token_1thread']:.2f} ms/token at 1 thread, "
               f"{r['torch_ms_per_token']:.2f} at {r['torch_threads']} threads (fp32)")  # fmt: skip
     return 0
+
+
+def ops_line(r: dict) -> str:
+    """Runtime kernels per decode call and per prefill chunk (a GPU dispatch each)."""
+    main = r["runtime_ops"]["main"]
+    line = f"decode {main['ops']} kernels"
+    extra = [f"{main[k]} {k}" for k in ("shape", "bookkeeping") if main[k]]
+    if extra:
+        line += f" (+ {', '.join(extra)} events)"
+    if r["ops_per_prefill_chunk"] is not None:
+        line += f"; prefill {r['ops_per_prefill_chunk']} kernels per chunk"
+    return line

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 
 from ssmport.cli.common import MAX_SEED, check_int, human_bytes
@@ -35,12 +36,17 @@ def add_parser(sub) -> None:
     p.add_argument("--name", help="bundle directory name (default: <model>-<quant>)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing bundle (only an ssmport bundle: "
                    "anything else at the target is refused)")  # fmt: skip
-    p.add_argument("--no-gate", action="store_true", help="skip the short parity gate")
+    p.add_argument("--no-gate", action="store_true", help="skip the short parity gate (and, for a model that "
+                   "ships with ssmport, the score on its held-out text)")  # fmt: skip
     p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export gate (default 8)")
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK, metavar="T",
                    help=f"tokens per call of the bundle's chunked `prefill` function (default {DEFAULT_CHUNK})")
     p.add_argument("--no-prefill", action="store_true",
                    help="export the decode function `main` only (prompts then run one token at a time)")
+    p.add_argument("--layout", choices=["ssmport", "apple"], default="ssmport",
+                   help="ssmport (default): main [1,1] + padded prefill chunks; apple: the functions, "
+                   "states and files Apple's CoreAILanguageModels engines load and drive "
+                   "(docs/apple-engines.md; check with `ssmport check-engine`)")  # fmt: skip
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.set_defaults(func=run)
 
@@ -74,6 +80,7 @@ def run(args) -> int:
         gate_steps=args.gate_steps,
         progress=not args.quiet,
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
+        layout=args.layout,
     )
     m = result.manifest
     for note in m.notes:
@@ -83,9 +90,27 @@ def run(args) -> int:
     print(f"asset: {human_bytes(m.asset.bytes)} ({m.recipe.name}, state {m.recipe.state_dtype}), "
           f"export {m.export['seconds']:.1f} s, peak RSS {m.export['peak_rss_mb']:.0f} MB")  # fmt: skip
     if result.gate_headline:
-        print(f"gate: {result.gate_headline}")
+        print(f"gate: {result.gate_headline}", flush=True)
         if not m.gate.passed:
             print(f"ssmport: the bundle was written but failed its gate; see {result.path / 'gate.json'} "
                   "and `ssmport gate` for the full report", file=sys.stderr)  # fmt: skip
             return 1
+        return _print_validation(result.path)
+    return 0
+
+
+def _print_validation(path) -> int:
+    """A shipped model's bundle: its loss on held-out text, next to the fp32 reference's.
+    Exit status 1 where it is not a finite number."""
+    from ssmport.pretrained import score_bundle
+
+    scored = score_bundle(path)
+    if scored is None:
+        return 0
+    model, loss, n = scored
+    print(f"validation: {loss:.4f} nats/byte on {n} held-out bytes (this bundle, Core AI runtime; "
+          f"fp32 reference {model.reference_loss:.4f}; whole held-out split {model.split_loss:.4f})")  # fmt: skip
+    if not math.isfinite(loss):
+        print("ssmport: the bundle's validation loss is not a number", file=sys.stderr)
+        return 1
     return 0

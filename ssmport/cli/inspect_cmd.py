@@ -19,6 +19,8 @@ def add_parser(sub) -> None:
     p.add_argument("bundle")
     p.add_argument("--json", action="store_true", help="print the manifest (without the per-tensor plan)")
     p.add_argument("--plan", action="store_true", help="also list every tensor of the quant plan")
+    p.add_argument("--count-ops", action="store_true",
+                   help="count the runtime ops per call now (loads the bundle on the Core AI runtime)")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -74,7 +76,25 @@ def run(args) -> int:
               f"{g.max_abs_logit_delta:.3g} (rel {g.max_rel_logit_delta:.2e}) over {g.prompts} stream(s)")  # fmt: skip
     else:
         print("gate: not run (ssmport gate BUNDLE)")
+    _print_ops(bundle, args.count_ops)
     return 0
+
+
+def _print_ops(bundle, count_now: bool) -> None:
+    """Runtime kernels per decode call and per prefill chunk: recorded at export (with the
+    gate), or counted now."""
+    ops, when = bundle.manifest.export.get("runtime_ops"), "at export"
+    if count_now:
+        from ssmport.runtime.op_count import count_ops
+
+        ops, when = {f: c.to_json() for f, c in count_ops(bundle).items()}, "counted now"
+    if not ops:
+        print("runtime ops: not recorded (exported without the gate); --count-ops counts them")
+        return
+    line = f"runtime ops: decode {ops['main']['ops']} kernels per call"
+    if "prefill" in ops:
+        line += f", prefill {ops['prefill']['ops']} per chunk"
+    print(f"{line} (Core AI runtime Profiler, {when}; a GPU dispatch each)")
 
 
 def _print_interface(function, states) -> None:

@@ -31,8 +31,12 @@ def run(args) -> int:
 
 def _source(preset) -> str:
     """Where `ssmport export <preset>` gets its weights."""
+    from ssmport.pretrained import bundled_checkpoint
+
     if not preset.released:
         return "embedded, synthetic"
+    if bundled_checkpoint(preset.name):
+        return "embedded, trained weights"
     if preset.hub is None:
         return "no download source: needs --weights or --synthetic"
     hub = preset.hub

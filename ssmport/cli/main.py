@@ -21,7 +21,8 @@ EXIT_GATE_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 70  # EX_SOFTWARE
 EXIT_INTERRUPTED = 130
-COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "list", "bench", "tokenize", "tokenizer")
+COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "check-engine", "list", "bench", "tokenize",
+            "tokenizer")  # fmt: skip
 INTERNAL_ERROR = "ssmport: internal error:"
 
 
@@ -37,7 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="ssmport",
         description="Port recurrent / linear-attention LMs (RWKV-7, ...) to Core AI decode bundles: "
         "no KV cache, O(1) state, parity-gated against torch.",
-        epilog="Start with: ssmport export rwkv7-tiny -o out/  (embedded default, no download)",
+        epilog="Start with: ssmport export rwkv7-pydoc --quant fp32 -o out/  (embedded default, no download)",
     )
     parser.add_argument("--version", action="version", version=f"ssmport {__version__}")
     parser.add_argument(
@@ -51,7 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     # Imported here, not at module level, so a Ctrl-C while torch loads is handled by main().
     for name in COMMANDS:
-        importlib.import_module(f"ssmport.cli.{name}_cmd").add_parser(sub)
+        importlib.import_module(f"ssmport.cli.{name.replace('-', '_')}_cmd").add_parser(sub)
     return parser
 
 

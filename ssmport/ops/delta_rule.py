@@ -53,7 +53,7 @@ def decode(S, q, k, v, beta, decay):
     return o, StateUpdate(decay, (Outer(k, u),), (HV, dk, dv), ((HV, 1, 1), (HV, dk, 1), (HV, 1, dv)))
 
 
-def chunk(S0, q, k, v, beta, log_decay, valid_len):
+def chunk(S0, q, k, v, beta, log_decay, valid_len, max_tokens: int | None = None):
     """The gated delta rule over a chunk of T tokens in its chunkwise (WY) form: matmuls, no loop.
 
     S0 [HV,dk,dv] fp32; q, k [T,HV,dk] (normalised, q scaled); v [T,HV,dv]; beta and
@@ -65,7 +65,8 @@ def chunk(S0, q, k, v, beta, log_decay, valid_len):
         S_T = exp(cum[T-1]) S0 + K^T (D[T-1, :] U)
 
     L is strictly lower triangular, so (I + L)^-1 = (I - L)(I + L^2)(I + L^4)... with
-    ceil(log2 T) factors: exact in exact arithmetic, and only T x T matmuls. Rows t >= valid_len
+    ceil(log2 T) factors (those of `max_tokens` when T is symbolic): exact in exact arithmetic,
+    and only T x T matmuls. Rows t >= valid_len
     are padding: beta = 0 and g = 1 there, so they change nothing. Returns (S_T, O [T,HV,dv])."""
     T = q.shape[0]
     dtype = S0.dtype
@@ -78,11 +79,11 @@ def chunk(S0, q, k, v, beta, log_decay, valid_len):
     G = torch.exp(cum).unsqueeze(2)  # [HV, T, 1]
     minus_L = -B * (K @ K.transpose(1, 2)) * D * (up_to - eye)
     inverse, power = eye + minus_L, minus_L
-    for _ in range(max(0, math.ceil(math.log2(T)) - 1)):
+    for _ in range(max(0, math.ceil(math.log2(max_tokens or T)) - 1)):
         power = power @ power
         inverse = inverse @ (eye + power)
     U = inverse @ (B * (V - G * (K @ S0)))  # [HV, T, dv]
     O = G * (Q @ S0) + ((Q @ K.transpose(1, 2)) * D) @ U
-    to_end = D[:, T - 1, :].unsqueeze(2)  # [HV, T, 1]: exp(cum[T-1] - cum[s])
-    S = torch.exp(cum[:, T - 1]).view(-1, 1, 1) * S0 + (K * to_end).transpose(1, 2) @ U
+    to_end = D[:, T - 1 : T, :].transpose(1, 2)  # [HV, T, 1]: exp(cum[T-1] - cum[s]) (slices: T may be symbolic)
+    S = torch.exp(cum[:, T - 1 : T]).view(-1, 1, 1) * S0 + (K * to_end).transpose(1, 2) @ U
     return S, O.transpose(0, 1).contiguous()

@@ -58,5 +58,5 @@ def chunk(S0, log_decay, dtx, BC, valid_len):
     xh = dtx.permute(1, 0, 2)  # [H, T, P]
     y = ((C @ B.transpose(1, 2)) * D) @ xh + torch.exp(cum).view(H, T, 1) * (C @ S0.transpose(1, 2))
     to_end = D[:, T - 1 : T, :].transpose(1, 2)  # [H, T, 1]: exp(cum[T-1] - cum[s])
-    S = torch.exp(cum[:, T - 1]).view(H, 1, 1) * S0 + (xh * to_end).transpose(1, 2) @ B
+    S = torch.exp(cum[:, T - 1 : T]).view(H, 1, 1) * S0 + (xh * to_end).transpose(1, 2) @ B  # slices: T may be symbolic
     return S, y.permute(1, 0, 2).contiguous()

@@ -27,6 +27,7 @@ from ssmport.interrupts import interrupts_held
 from ssmport.manifest import FunctionEntry
 from ssmport.runtime.lowering import ensure_lowered
 from ssmport.runtime.snapshot import StateSnapshot
+from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.sampling import sample_next
 from ssmport.state import KV
 
@@ -47,9 +48,11 @@ class Runner:
     one token at a time through the decode function `main`.
 
     `prefill=False` forces the M=1 path for prompts too (tests and benchmarks compare both).
+    `profiler`: a `coreai.runtime.Profiler` both functions are loaded with (see
+    ssmport.runtime.op_count).
     """
 
-    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True):
+    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True, profiler=None):
         from coreai.runtime import AIModel
 
         self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
@@ -69,9 +72,11 @@ class Runner:
                 # damaged in place): lower again, once.
                 lowered, self.lowered_now = ensure_lowered(self.bundle, rebuild=True)
                 self._model = self._loop.run_until_complete(AIModel.load(lowered))
-            self._fn = self._model.load_function(function)
-            self._prefill = self._model.load_function(prefill_entry.function) if prefill_entry else None
+            traced = {} if profiler is None else {"profiler": profiler}
+            self._fn = self._model.load_function(function, **traced)
+            self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
+        self.layout = m.layout  # "apple": dynamic token counts, whole-history positions, see feed()
         # The positions the bundle's kv states hold (None: no kv state, any length).
         self.context: int | None = min((s.shape[3] for s in m.states if s.kind == KV), default=None)
         self._check_descriptor(self._fn, m.main)
@@ -169,18 +174,43 @@ class Runner:
 
     def step(self, token: int) -> np.ndarray:
         """Feed one token through `main`; return the logits after it as float32 [V]."""
-        from coreai.runtime import NDArray
-
         self._check_ids([token])
         self._check_room(1)
+        return self._main_call([int(token)])[-1]
+
+    def _main_call(self, chunk: list[int]) -> np.ndarray:
+        """`main` over `chunk` (one token in the ssmport layout; up to prefill_chunk in the apple
+        layout, whose `position_ids` is the whole history); the logits of its rows [n, V]."""
+        from coreai.runtime import NDArray
+
+        first, n = len(self.tokens), len(chunk)
+        positions = np.arange(first + n) if self.layout == "apple" else np.array([first])
         inputs = {
-            "input_ids": NDArray(np.array([[token]], dtype=np.int32)),
-            "position_ids": NDArray(np.array([[len(self.tokens)]], dtype=np.int32)),
+            "input_ids": NDArray(np.array([chunk], dtype=np.int32)),
+            "position_ids": NDArray(positions.astype(np.int32).reshape(1, -1)),
         }
         with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
             out = self._loop.run_until_complete(self._fn(inputs=inputs, state=self._bound))
-            self.tokens.append(int(token))
-        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
+            self.tokens.extend(chunk)
+        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(n, -1).copy()
+
+    def call(self, function: str, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """One raw call of a function on caller-owned arrays: `states` are updated in place, as an
+        engine that owns its state buffers drives a bundle (ssmport.apple.protocol drives bundles
+        this way). The runner's own states and token list are not touched."""
+        from coreai.runtime import NDArray
+
+        fn = {self.bundle.manifest.main.function: self._fn}.get(function)
+        if fn is None and self._prefill is not None and function == self.bundle.manifest.prefill.function:
+            fn = self._prefill
+        if fn is None:
+            raise SsmportError(f"{self.bundle.path}: no function {function!r} loaded")
+        bound = {name: NDArray(np.ascontiguousarray(states[name])) for name in self.state_names}
+        with interrupts_held():
+            out = self._loop.run_until_complete(fn(inputs={k: NDArray(v) for k, v in inputs.items()}, state=bound))
+        for name in self.state_names:
+            states[name][...] = bound[name].numpy()
+        return {name: value.numpy() for name, value in out.items()}
 
     def step_each(self, tokens: list[int]) -> np.ndarray:
         """Feed tokens one by one through `main`; return the logits after each, float32 [T, V]."""
@@ -190,35 +220,59 @@ class Runner:
     def feed(self, tokens: list[int]) -> np.ndarray:
         """Feed a prompt; return the logits after its last token, float32 [V].
 
-        Through `prefill`, `prefill_chunk` tokens per call (the last chunk padded), when the
-        bundle has it and it was not turned off; otherwise one token at a time.
+        ssmport layout: through `prefill`, `prefill_chunk` tokens per call (the last chunk
+        padded), when the bundle has it and it was not turned off; otherwise one token at a
+        time. apple layout: as Apple's engines do, all but the last token through `prefill`
+        (which has no outputs) and the last through `main`; without prefill, `main` in chunks.
         """
         if not tokens:
             raise SsmportError("feed needs at least one token")
         self._check_ids(tokens)
         self._check_room(len(tokens))
+        tokens = [int(t) for t in tokens]
+        if self.layout == "apple":
+            return self._feed_apple(tokens)
         if not self.has_prefill:
             return self.step_each(tokens)[-1]
         T = self.prefill_chunk
         for start in range(0, len(tokens), T):
-            logits = self._prefill_call([int(t) for t in tokens[start : start + T]])
+            logits = self._prefill_call(tokens[start : start + T])
         return logits
 
-    def _prefill_call(self, chunk: list[int]) -> np.ndarray:
+    def _feed_apple(self, tokens: list[int]) -> np.ndarray:
+        # without prefill, `main` takes the prompt in chunks of DEFAULT_CHUNK (64), which every
+        # apple-layout architecture accepts (the smallest bound on T is RWKV-7's 128)
+        rows = self.prefill_chunk or DEFAULT_CHUNK
+        if not self.has_prefill:
+            for start in range(0, len(tokens), rows):
+                logits = self._main_call(tokens[start : start + rows])[-1]
+            return logits
+        head, last = tokens[:-1], tokens[-1]
+        for start in range(0, len(head), rows):
+            self._prefill_call(head[start : start + rows])
+        return self._main_call([last])[-1]
+
+    def _prefill_call(self, chunk: list[int]) -> np.ndarray | None:
         from coreai.runtime import NDArray
 
-        T, n = self.prefill_chunk, len(chunk)
-        ids = np.zeros((1, T), dtype=np.int32)  # padding past valid_len never reaches a state
-        ids[0, :n] = chunk
-        first = len(self.tokens)
-        inputs = {
-            "input_ids": NDArray(ids),
-            "position_ids": NDArray(np.arange(first, first + T, dtype=np.int32).reshape(1, T)),
-            "valid_len": NDArray(np.array([n], dtype=np.int32)),
-        }
+        n, first = len(chunk), len(self.tokens)
+        if self.layout == "apple":  # no padding, the whole history as positions, no outputs
+            inputs = {"input_ids": NDArray(np.array([chunk], dtype=np.int32)),
+                      "position_ids": NDArray(np.arange(first + n, dtype=np.int32).reshape(1, -1))}  # fmt: skip
+        else:
+            T = self.prefill_chunk
+            ids = np.zeros((1, T), dtype=np.int32)  # padding past valid_len never reaches a state
+            ids[0, :n] = chunk
+            inputs = {
+                "input_ids": NDArray(ids),
+                "position_ids": NDArray(np.arange(first, first + T, dtype=np.int32).reshape(1, T)),
+                "valid_len": NDArray(np.array([n], dtype=np.int32)),
+            }
         with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
             out = self._loop.run_until_complete(self._prefill(inputs=inputs, state=self._bound))
             self.tokens.extend(chunk)
+        if "logits" not in out:
+            return None
         return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
 
     def generate(

@@ -13,6 +13,7 @@ from ssmport.errors import CheckpointError
 from ssmport.models.gated_deltanet import block, checkpoints, quant, synthetic
 from ssmport.models.gated_deltanet.config import PRESETS, GatedDeltaNetConfig
 from ssmport.models.gated_deltanet.reference import GatedDeltaNetReference
+from ssmport.apple.graph import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.state import StateSpec
 
@@ -37,6 +38,14 @@ class _GatedDeltaNet(PackagedArchitecture):
             StateSpec(block.REC_STATE, (c.num_layers, 1, c.num_v_heads, c.head_dim, c.head_v_dim), state_dtype,
                       "[layer, batch, value head, key, value]"),
         ]  # fmt: skip
+
+    def apple_state_splits(self, config: GatedDeltaNetConfig):
+        # convState's q|k and v channels as two states (the convs are depthwise: the split is exact)
+        c = config
+        return [StateSplit(block.CONV_STATE, 1, (
+            StatePart("qkConvState", 2 * c.key_dim, "[layer, batch, conv tap (oldest first), channel (q | k)]"),
+            StatePart("vConvState", c.value_dim, "[layer, batch, conv tap (oldest first), channel (v)]"),
+        ))]  # fmt: skip
 
 
 GATED_DELTANET = _GatedDeltaNet(

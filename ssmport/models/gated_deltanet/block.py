@@ -81,7 +81,7 @@ class GatedDeltaNetBlock(nn.Module):
                                      torch.exp(log_decay).view(HV, 1, 1))  # fmt: skip
             o = o.view(1, HV, dv)
         else:
-            S, o = delta_rule.chunk(S, q, k, v, beta.view(T, HV), log_decay, step.valid_len)
+            S, o = delta_rule.chunk(S, q, k, v, beta.view(T, HV), log_decay, step.valid_len, step.max_rows)
         o = rms_norm(o, self.o_norm, c.norm_eps).reshape(T, c.value_dim)
         if c.use_gate:
             o = o * F.silu(parts[3])

@@ -12,6 +12,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.models.mamba2 import block, checkpoints, quant, synthetic
 from ssmport.models.mamba2.config import PRESETS, Mamba2Config, is_mamba_ssm
 from ssmport.models.mamba2.reference import Mamba2Reference
+from ssmport.apple.graph import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.state import StateSpec
 
@@ -32,6 +33,14 @@ class _Mamba2(PackagedArchitecture):
             StateSpec(block.SSM_STATE, (c.num_layers, 1, c.num_heads, c.head_dim, c.state_size), state_dtype,
                       "[layer, batch, head, head_dim, state]"),
         ]  # fmt: skip
+
+    def apple_state_splits(self, config: Mamba2Config):
+        # convState's x and B|C channels as two states (the conv is depthwise: the split is exact)
+        c = config
+        return [StateSplit(block.CONV_STATE, 0, (
+            StatePart("xConvState", c.intermediate_size, "[layer, batch, channel (x), time: last K inputs]"),
+            StatePart("bcConvState", 2 * c.n_groups * c.state_size, "[layer, batch, channel (B|C), time: last K inputs]"),
+        ))]  # fmt: skip
 
 
 MAMBA2 = _Mamba2(

@@ -12,7 +12,9 @@ from ssmport.checkpoint import TensorSource
 from ssmport.models.rwkv7 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv7.config import PRESETS, WORLD_VOCAB_ROWS, RWKV7Config
 from ssmport.models.rwkv7.reference import RWKV7Reference
+from ssmport.apple.graph import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
+from ssmport.ops import wkv7
 from ssmport.state import StateSpec
 
 
@@ -36,6 +38,13 @@ class _RWKV7(PackagedArchitecture):
                       "[layer, batch, (time-mix, channel-mix), hidden]"),
         ]  # fmt: skip
 
+    def apple_state_splits(self, config: RWKV7Config):
+        # shiftState's two rows as two states: three fixed states (docs/apple-engines.md, section 8)
+        return [StateSplit(block.SHIFT_STATE, 0, (
+            StatePart("attnShiftState", 1, "[layer, batch, hidden] time-mix input (after ln1) of the last token"),
+            StatePart("ffnShiftState", 1, "[layer, batch, hidden] channel-mix input (after ln2) of the last token"),
+        ))]  # fmt: skip
+
     def default_vocab(self, config: RWKV7Config):
         # Every RWKV-7 World model (65,536-row embedding) uses rwkv_vocab_v20230424;
         # BlinkDL's .pth releases ship without it.
@@ -52,5 +61,6 @@ RWKV7 = _RWKV7(
     hf_architectures=("RWKV7ForCausalLM", "RWKV7Model"),
     presets=PRESETS,
     tiny_preset="rwkv7-tiny",
+    max_prefill_chunk=wkv7.MAX_CHUNK,
     **package_parts(RWKV7Config, RWKV7Reference, checkpoints, synthetic, block, quant),
 )

@@ -1,5 +1,5 @@
 """The export form of an RWKV-7 layer: every projection batched over the T rows, the WKV
-recurrence from ssmport.ops.wkv7 (decode: the deferred update; prefill: an in-graph loop)."""
+recurrence from ssmport.ops.wkv7 (decode: the deferred update; prefill: the chunkwise form)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from ssmport.models.rwkv7.quant import role
 from ssmport.ops import wkv7
 from ssmport.ops.norms import group_norm, layer_norm, unit_normalize
 from ssmport.ops.rows import last_valid, token_shift
-from ssmport.ops.scan import scan
 from ssmport.quant.plan import WeightBuilder
 
 REC_STATE, SHIFT_STATE = "recState", "shiftState"
@@ -54,8 +53,9 @@ class RWKV7Block(nn.Module):
 
         # --- time mix: every projection batched over the T rows ---
         xa = layer_norm(x, self.ln1_w, self.ln1_b, c.norm_eps)
-        mix = self.mix if T == 1 else self.mix.view(len(MIX_NAMES), 1, -1)
-        mixed = xa + (token_shift(xa, shift[0:1]) - xa) * mix  # [6,C] at T=1 (decode), else [6,T,C]
+        mix = self.mix if step.decode else self.mix.view(len(MIX_NAMES), 1, -1)
+        previous = shift[0:1].float() if step.decode else token_shift(xa, shift[0:1])
+        mixed = xa + (previous - xa) * mix  # [6,C] in decode, else [6,T,C]
         xr, xw, xk, xv, xa_, xg = (m.view(T, -1) for m in mixed.split(1, dim=0))
         r, k, v = self.r(xr), self.k(xk), self.v(xv)
         decay = torch.exp(-DECAY_SCALE * torch.sigmoid(self.w0 + self.w2(torch.tanh(self.w1(xw)))))
@@ -74,11 +74,9 @@ class RWKV7Block(nn.Module):
             y, rec_out = wkv7.decode(rec.float(), r.view(H, N), decay.view(H, N), kk.view(H, N), kka.view(H, N),
                                      k.view(H, N), v.view(H, Nv))  # fmt: skip
             y = y.view(1, H, Nv)
-        else:  # rows shaped for wkv7.step's broadcasts, so the loop body reshapes nothing
-            rows, cols = (T, H, 1, -1), (T, H, -1, 1)
-            per_token = (r.view(rows), decay.view(cols), kk.view(rows), kka.view(cols), k.view(cols), v.view(rows))
-            S, y = scan(wkv7.step, rec.float().view(1, H, N, Nv), per_token, step.valid_len, (H, 1, Nv), keep_row_dim=True)
-            rec_out, y = S.view(H, N, Nv), y.view(T, H, Nv)
+        else:  # the chunkwise form: no loop in the graph
+            rec_out, y = wkv7.chunk(rec.float(), r.view(T, H, N), decay.view(T, H, N), kk, kka, k.view(T, H, N),
+                                    v.view(T, H, Nv), step.valid_len, step.max_rows)  # fmt: skip
 
         y = group_norm(y, self.lnx_w, self.lnx_b, c.ln_x_eps)
         bonus = (r * k * self.r_k.view(1, H * N)).view(T, H, N).sum(dim=-1, keepdim=True)
@@ -87,7 +85,7 @@ class RWKV7Block(nn.Module):
 
         # --- channel mix ---
         xf = layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
-        kf = xf + (token_shift(xf, shift[1:2]) - xf) * self.ffn_mix
+        kf = xf + ((shift[1:2].float() if step.decode else token_shift(xf, shift[1:2])) - xf) * self.ffn_mix
         hidden = torch.relu(self.ffn_key(kf))
         x = x + self.ffn_value(hidden * hidden)
 

@@ -1,0 +1,142 @@
+"""Which part of a 16-bit bundle's error is the recipe, and which is this runtime's fp16 sums.
+
+The Linux Core AI runtime accumulates fp16 matmuls in fp16; a GPU or ANE backend typically
+keeps fp16 operands but sums in fp32. For each recipe this exports a decode-only bundle and
+runs, teacher-forced on the same tokens:
+
+  reference    the fp32 torch decode module (the gate's reference)
+  torch32acc   the SAME stored weights the bundle holds (the recipe's WeightBuilder: fp16
+               values, int8 blocks dequantized with their fp16 scales), every matmul fed
+               fp16-rounded inputs and summed in fp32, logits rounded to the recipe's dtype
+  coreai       the bundle on the Core AI runtime
+
+and prints, against the reference: max and mean |Δlogits|, the logit std, top-1 agreement,
+and top-1 flips where the reference's top-2 margin exceeds 0.5. `torch32acc` is what the
+recipe costs; `coreai` minus that is this runtime's accumulation.
+
+    python benchmarks/accumulation.py rwkv7-pydoc --steps 64         # trained, held-out text
+    flock /tmp/ssmport-heavy.lock python benchmarks/accumulation.py rwkv7-0.1b --steps 16 \
+        --json benchmarks/results/accumulation_rwkv7-0.1b.json       # 0.1B widths, synthetic
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+from ssmport.exporter import export
+from ssmport.pretrained import BUNDLED
+from ssmport.ops.matmul import FloatMatmul, Int8Matmul
+from ssmport.runtime import Runner
+from ssmport.sources import load_model
+from ssmport.tokenizers import load_tokenizer
+from ssmport.torch_runner import TorchRunner
+
+OPERAND_DTYPE = torch.float16  # the matmul inputs of the 16-bit recipes
+CONFIDENT_MARGIN = 0.5
+
+
+class Fp32Accumulating(nn.Module):
+    """x @ W with W the values a 16-bit matmul layer stores, inputs rounded to fp16, sums fp32."""
+
+    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype):
+        super().__init__()
+        self.weight = weight_in_out.float()
+        self.out_dtype = out_dtype
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (x.to(OPERAND_DTYPE).float() @ self.weight).to(self.out_dtype)
+
+
+def stored_weight(layer: nn.Module) -> torch.Tensor | None:
+    """The logical [in, out] weight a 16-bit matmul layer holds (None: an fp32 layer)."""
+    if isinstance(layer, Int8Matmul):
+        return layer.dequant()  # int8 * fp16 scale, as the asset dequantizes it
+    if isinstance(layer, FloatMatmul) and layer.weight.dtype == OPERAND_DTYPE:
+        w = layer.weight
+        return w.permute(1, 0, 2).reshape(w.shape[1], layer.n_out) if layer.blocks > 1 else w
+    return None
+
+
+def accumulate_in_fp32(module: nn.Module) -> int:
+    """Swap every 16-bit matmul of the decode module for its fp32-accumulating twin."""
+    swapped = 0
+    for parent in list(module.modules()):
+        for name, child in list(parent.named_children()):
+            w = stored_weight(child)
+            if w is not None:
+                setattr(parent, name, Fp32Accumulating(w.detach(), child.out_dtype))
+                swapped += 1
+    return swapped
+
+
+def held_out_tokens(model, steps: int) -> list[int]:
+    """The shipped held-out text in the model's tokenizer (a trained model's own text; for
+    synthetic weights any text will do)."""
+    text = BUNDLED["rwkv7-pydoc"].validation_text.read_text(encoding="utf-8")
+    ids = load_tokenizer(model.vocab_path).encode(text * 4)
+    return ids[:steps]
+
+
+def compare(got: np.ndarray, ref: np.ndarray) -> dict:
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    confident = top2[:, 1] - top2[:, 0] > CONFIDENT_MARGIN
+    agree = got.argmax(1) == ref.argmax(1)
+    delta = np.abs(got.astype(np.float64) - ref)
+    return {
+        "max_abs_delta": float(delta.max()),
+        "mean_abs_delta": float(delta.mean()),
+        "top1_agree": int(agree.sum()),
+        "confident_steps": int(confident.sum()),
+        "confident_flips": int((confident & ~agree).sum()),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model", help="rwkv7-pydoc (trained) or a preset, exported with --synthetic weights")
+    ap.add_argument("--recipes", nargs="+", default=["fp16", "int8keepproj"])
+    ap.add_argument("--steps", type=int, default=32)
+    ap.add_argument("--json", help="write the results here")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+
+    model = load_model(args.model, synthetic=args.model not in BUNDLED)
+    tokens = held_out_tokens(model, args.steps)
+    reference = TorchRunner(model, "fp32")
+    ref = reference.step_each(tokens).astype(np.float64)
+    # The logit std over real tokens: rows a padded vocab never uses would inflate it.
+    real = ref[:, : load_tokenizer(model.vocab_path).vocab_size] if model.vocab_path else ref
+    results = {"model": args.model, "synthetic": model.synthetic, "steps": len(tokens),
+               "logit_std": float(real.std()), "logit_scale": float(np.abs(ref).max()), "recipes": {}}  # fmt: skip
+    print(f"{args.model}: {len(tokens)} teacher-forced tokens; reference logit std {results['logit_std']:.2f}, "
+          f"max |logit| {results['logit_scale']:.2f}")  # fmt: skip
+    for recipe in args.recipes:
+        twin = TorchRunner(model, recipe)
+        swapped = accumulate_in_fp32(twin.module)
+        started = time.perf_counter()
+        torch32 = compare(twin.step_each(tokens), ref)
+        with tempfile.TemporaryDirectory() as out:
+            bundle = export(model, out, quant=recipe, gate=False, progress=False, prefill_chunk=None)
+            with Runner(bundle.path) as runner:
+                coreai = compare(runner.step_each(tokens), ref)
+        results["recipes"][recipe] = {"torch32acc": torch32, "coreai": coreai, "matmuls_swapped": swapped,
+                                      "seconds": round(time.perf_counter() - started, 1)}  # fmt: skip
+        for label, r in (("torch fp32 sums", torch32), ("Core AI runtime", coreai)):
+            print(f"  {recipe:13} {label:16} max |Δ| {r['max_abs_delta']:.4f}  mean |Δ| {r['mean_abs_delta']:.5f}  "
+                  f"top-1 {r['top1_agree']}/{len(tokens)}  flips at margin > {CONFIDENT_MARGIN}: "
+                  f"{r['confident_flips']}/{r['confident_steps']}", flush=True)  # fmt: skip
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

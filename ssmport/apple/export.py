@@ -1,0 +1,85 @@
+"""Exporting in the apple layout: the two functions (ssmport.apple.graph) with dynamic token and
+position counts, and the files Apple's loader reads (metadata.json, tokenizer/tokenizer.json,
+tokenizer/tokenizer_config.json) beside ssmport's own manifest."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import torch
+
+from ssmport.apple.graph import INPUT_NAMES, MAIN, OUTPUT_NAMES, PREFILL, AppleLM
+from ssmport.apple.metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
+from ssmport.errors import SsmportError
+from ssmport.state import KV
+
+# Apple's engines feed at most min(512, COREAI_CHUNK_THRESHOLD) tokens per call
+# (ModelConfig.swift:131-143@86b363d); an architecture may allow fewer (max_prefill_chunk).
+MAX_ROWS = 512
+MAX_POSITIONS = 1 << 17  # the longest history `position_ids` may carry into a recurrent model
+
+
+def max_rows(arch) -> int:
+    return min(MAX_ROWS, arch.max_prefill_chunk or MAX_ROWS)
+
+
+def apple_modules(arch, config, decode, with_prefill: bool) -> tuple[AppleLM, AppleLM | None]:
+    """`main` and (optionally) `prefill` of the apple layout over the decode module's blocks."""
+    splits = arch.apple_state_splits(config)
+    if splits is None:
+        raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")
+    rows = max_rows(arch)
+    main = AppleLM(decode, splits, True, rows).eval()
+    return main, (AppleLM(decode, splits, False, rows).eval() if with_prefill else None)
+
+
+def example_and_shapes(module: AppleLM) -> tuple[tuple[torch.Tensor, ...], tuple]:
+    """Tracing inputs and torch.export's dynamic shapes: T and P dynamic (traced at T=5, P=9:
+    sizes 0 and 1 would be specialised)."""
+    T = torch.export.Dim("T", min=1, max=module.max_rows)
+    P = torch.export.Dim("P", min=1, max=MAX_POSITIONS)
+    return (torch.zeros(1, 5, dtype=torch.int32), torch.zeros(1, 9, dtype=torch.int32)), ({1: T}, {1: P})
+
+
+def write_files(out: Path, manifest, model) -> None:
+    """metadata.json and the tokenizer files Apple's loader needs, from the finished manifest."""
+    from ssmport.tokenizers import HF_JSON_KIND, load_tokenizer
+
+    tok = manifest.tokenizer
+    config = None
+    if tok is not None and tok.kind == HF_JSON_KIND:
+        # a tokenizer.json is in the bundle already; its tokenizer_config.json too, when the
+        # checkpoint had one next to it
+        source_config = Path(model.vocab_path).with_name("tokenizer_config.json")
+        if source_config.is_file():
+            shutil.copyfile(source_config, out / "tokenizer" / "tokenizer_config.json")
+        else:
+            eos = load_tokenizer(out / tok.path)
+            eos_token = eos._tok.id_to_token(eos.eos_ids[0]) if eos.eos_ids else ""
+            config = tokenizer_config_json(eos_token=eos_token, chat_template="")
+    elif tok is not None:
+        from ssmport.tokenizers.world_json import END_OF_TEXT, END_OF_TEXT_ID, world_tokenizer_json
+
+        world = load_tokenizer(out / tok.path)
+        (out / "tokenizer" / "tokenizer.json").write_text(world_tokenizer_json(world, manifest.vocab_size), "utf-8")
+        config = tokenizer_config_json(eos_token=END_OF_TEXT, chat_template=WORLD_CHAT_TEMPLATE,
+                                       added_tokens={END_OF_TEXT_ID: END_OF_TEXT})  # fmt: skip
+    if config is not None:
+        (out / "tokenizer" / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n", "utf-8")
+    kv = [s for s in manifest.states if s.kind == KV]
+    metadata = metadata_json(
+        name=manifest.name,
+        vocab_size=manifest.vocab_size,
+        max_context_length=min(s.shape[3] for s in kv) if kv else MAX_POSITIONS,
+        tokenizer=(model.provenance.get("hub") or {}).get("repo") or manifest.name,
+        asset=manifest.asset.path,
+        compression=manifest.recipe.name,
+        states={s.name: "kv_cache" if s.kind == KV else "fixed" for s in manifest.states},
+    )
+    (out / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", "utf-8")
+
+
+__all__ = ["INPUT_NAMES", "MAIN", "MAX_POSITIONS", "MAX_ROWS", "OUTPUT_NAMES", "PREFILL", "apple_modules",
+           "example_and_shapes", "max_rows", "write_files"]  # fmt: skip

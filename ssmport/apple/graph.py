@@ -1,0 +1,139 @@
+"""The "apple" layout of the generic graph: the functions and states Apple's engines drive.
+
+Over the very blocks of `ssmport.graph.CausalLM` (same weights), two functions:
+
+    main(input_ids int32 [1, T?], position_ids int32 [1, P?]) -> logits fp16 [1, T?, V]
+    prefill(input_ids int32 [1, T?], position_ids int32 [1, P?]) -> ()
+
+T dynamic (every row is a real token: no padding, no valid_len), `position_ids` the whole
+history 0..P-1 as the engines feed it (the new tokens sit at P-T..P-1), logits of every row
+in fp16, and `prefill` the same computation without the head (docs/apple-engines.md, sections 6-8).
+Every call runs the blocks' chunk path (a decode step is a chunk of one), so only
+architectures whose chunk forms are loop-free and shape-polymorphic in T take this layout.
+
+States: an architecture may split one of its native states into parts (`StateSplit`), so a
+pure-recurrent model has three states and Apple's 86b363d rule "exactly two states are a KV
+pair" cannot misread it. The graph reassembles each layer's native slice from the parts and
+writes each part once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from ssmport.graph import Step, _slots, _write
+from ssmport.ops.rows import read_layer
+from ssmport.state import StateSpec, register_states
+
+MAIN, PREFILL = "main", "prefill"
+INPUT_NAMES = ("input_ids", "position_ids")
+OUTPUT_NAMES = {MAIN: ("logits",), PREFILL: ()}
+
+
+@dataclass(frozen=True)
+class StatePart:
+    name: str
+    size: int  # its extent along the split axis of the native layer slice
+    layout: str
+
+
+@dataclass(frozen=True)
+class StateSplit:
+    """A native state stored as parts: its layer slice (without the leading [L, 1]) is the
+    concatenation of the parts' slices along `axis`."""
+
+    state: str
+    axis: int
+    parts: tuple[StatePart, ...]
+
+
+def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> list[StateSpec]:
+    """The layout's states: each split native state replaced by its parts, in place."""
+    by_state = {s.state: s for s in splits}
+    specs = []
+    for spec in native:
+        split = by_state.get(spec.name)
+        if split is None:
+            specs.append(spec)
+            continue
+        slice_shape = list(spec.shape[2:])
+        if sum(p.size for p in split.parts) != slice_shape[split.axis]:
+            raise ValueError(f"the parts of {spec.name} do not add up to its axis {split.axis}")
+        for part in split.parts:
+            shape = list(slice_shape)
+            shape[split.axis] = part.size
+            if part.size == 1:  # a single row is stored without its unit axis
+                del shape[split.axis]
+            specs.append(StateSpec(part.name, (*spec.shape[:2], *shape), spec.dtype, part.layout, spec.kind))
+    return specs
+
+
+class AppleLM(nn.Module):
+    """`main` (with_head) or `prefill` (without) of the apple layout, over a decode module's
+    embedding, blocks and head (`ssmport.graph.CausalLM`), whose native states it stores as
+    `splits` say."""
+
+    def __init__(self, decode: nn.Module, splits: Sequence[StateSplit], with_head: bool, max_rows: int):
+        super().__init__()
+        self.embed, self.layers, self.head, self.with_head = decode.embed, decode.layers, decode.head, with_head
+        self.max_rows = max_rows  # the most tokens one call may carry (the export's bound on T)
+        self.native = tuple(decode.specs)
+        self.splits = {s.state: s for s in splits}
+        self.specs = tuple(apple_specs(self.native, splits))
+        register_states(self, list(self.specs))
+        self.slots = _slots(self.layers, self.native)
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor):
+        T, P = input_ids.shape[1], position_ids.shape[1]
+        torch._check(P >= T)
+        valid_len = torch.ones(T, dtype=torch.int32).sum().view(1)  # every row is real (T, as a tensor)
+        step = Step(valid_len, (torch.arange(T, dtype=torch.int32) + (P - T)), max_rows=self.max_rows)
+        x = self.embed(input_ids.view(T))
+        values: dict[str, list] = {s.name: [] for s in self.native}
+        for layer, slots in zip(self.layers, self.slots):
+            x, new = layer(x, {name: self._read(name, slot) for name, slot in slots.items()}, step)
+            for name, value in new.items():
+                values[name].append(value)
+        by_name = {s.name: s for s in self.specs}
+        for spec in self.native:
+            split = self.splits.get(spec.name)
+            if split is None:
+                _write(getattr(self, spec.name), spec, values[spec.name], step)
+                continue
+            for part, pieces in zip(split.parts, _split_values(values[spec.name], split)):
+                _write(getattr(self, part.name), by_name[part.name], pieces, step)
+        if not self.with_head:
+            return ()
+        return self.head(x).to(torch.float16).view(1, T, -1)
+
+    def _read(self, name: str, slot: int) -> torch.Tensor:
+        split = self.splits.get(name)
+        if split is None:
+            return read_layer(getattr(self, name), slot)[0]
+        pieces = []
+        for part in split.parts:
+            piece = read_layer(getattr(self, part.name), slot)[0]
+            pieces.append(piece.unsqueeze(split.axis) if part.size == 1 else piece)
+        return torch.cat(pieces, dim=split.axis)
+
+
+def _split_values(values: list, split: StateSplit) -> list[list]:
+    """Each layer's native value (a slice, or a tuple of rows along axis 0) as one value per part."""
+    per_part: list[list] = [[] for _ in split.parts]
+    for value in values:
+        if isinstance(value, tuple):  # rows: part j takes the next `size` of them
+            if split.axis != 0:
+                raise ValueError(f"{split.state}: rows can only be split along axis 0")
+            start = 0
+            for j, part in enumerate(split.parts):
+                rows = value[start : start + part.size]
+                per_part[j].append(rows[0] if part.size == 1 else rows)
+                start += part.size
+        else:
+            for j, piece in enumerate(value.split([p.size for p in split.parts], dim=split.axis)):
+                per_part[j].append(piece.squeeze(split.axis) if split.parts[j].size == 1 else piece)
+    return per_part

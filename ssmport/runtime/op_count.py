@@ -1,0 +1,88 @@
+"""Runtime ops per call: a figure that carries to the device.
+
+The Core AI runtime's `Profiler` reports every op a call executes. On a GPU each of those is a
+dispatch, with a fixed cost the Linux CPU timings do not show, so the count per decode call
+and per prefill chunk is tracked beside the timings (`ssmport bench`, `ssmport inspect`, the
+benchmark suite). Two kinds of event are counted apart from the kernels: `NDArray.*` (buffer
+views, allocations and copies: memory bookkeeping) and shape work, which graphs with a dynamic
+token count (the apple layout) run before their kernels: a `#op` event per op (its output
+shape) plus `get_shape` / `broadcast_shapes`.
+"""
+
+from __future__ import annotations
+
+import collections
+from dataclasses import dataclass, field
+
+from ssmport.bundle import Bundle
+
+CALL_EVENT = "Function Execute"  # the profiler's event for a whole call
+BOOKKEEPING_PREFIX = "NDArray."
+SHAPE_PREFIX = "#"
+SHAPE_OPS = frozenset({"get_shape", "broadcast_shapes"})
+
+
+@dataclass(frozen=True)
+class OpCount:
+    """The ops of one call of one function."""
+
+    ops: int  # kernels (a GPU dispatch each)
+    shape: int  # output-shape work of dynamic-shape graphs
+    bookkeeping: int  # NDArray.* views, allocations and copies
+    by_type: dict[str, int] = field(default_factory=dict)  # kernels per op type, most first
+
+    def to_json(self) -> dict:
+        return {"ops": self.ops, "shape": self.shape, "bookkeeping": self.bookkeeping, "by_type": self.by_type}
+
+
+def op_type(event_name: str) -> str:
+    name = event_name.removeprefix("call.")
+    shape = name.startswith(SHAPE_PREFIX)
+    name = name.removeprefix(SHAPE_PREFIX).removeprefix("coreai.").removeprefix("decomposable.")
+    return SHAPE_PREFIX + name if shape else name
+
+
+def summarize(names: list[str]) -> OpCount:
+    types = [op_type(n) for n in names]
+    bookkeeping = sum(t.startswith(BOOKKEEPING_PREFIX) for t in types)
+    shape = sum(t.startswith(SHAPE_PREFIX) or t in SHAPE_OPS for t in types)
+    kernels = [t for t in types if not (t.startswith((BOOKKEEPING_PREFIX, SHAPE_PREFIX)) or t in SHAPE_OPS)]
+    return OpCount(len(kernels), shape, bookkeeping, dict(collections.Counter(kernels).most_common()))
+
+
+class _EventLog:
+    """Profiler callbacks that keep the names of the ops of each call, in call order."""
+
+    def __init__(self) -> None:
+        self.calls: list[list[str]] = []
+
+    def profiler(self):
+        from coreai.runtime import Profiler
+
+        return Profiler(on_log_event_begin=self._begin, on_log_event_end=lambda event, token: None)
+
+    def _begin(self, event) -> int:
+        if event.event_id == CALL_EVENT:
+            self.calls.append([])
+        elif self.calls:  # anything before the first call (loading) is not a call's op
+            self.calls[-1].append(event.event_id)
+        return 0
+
+
+def count_ops(bundle: Bundle) -> dict[str, OpCount]:
+    """Ops of one decode call (`main`, one token) and, when the bundle has it, of one full
+    prefill chunk, on zero states."""
+    from ssmport.runtime.runner import Runner
+
+    log = _EventLog()
+    counts: dict[str, OpCount] = {}
+    with Runner(bundle, profiler=log.profiler()) as runner:
+        runner.step(1)
+        counts["main"] = summarize(log.calls[-1])
+        if runner.has_prefill:
+            runner.reset()
+            first = len(log.calls)
+            # apple layout: prefill takes all but the last token, so one more gives it a full chunk
+            runner.feed([1] * (runner.prefill_chunk + (runner.layout == "apple")))
+            counts["prefill"] = summarize(log.calls[first])
+    return counts

@@ -1,0 +1,114 @@
+"""Fidelity on trained weights: the shipped rwkv7-pydoc, on held-out text it never saw.
+
+Random weights give flat output distributions and no outlier channels, so they say little
+about what fp16 or int8 do to a real model. Here the reference is BlinkDL's `rwkv` package
+(`RWKV_x070`, cpu fp32) on the shipped checkpoint, and the candidates are bundles run on the
+Core AI runtime:
+
+- fp32: every logit within the fp32 recipe's gate bound (1e-4 of the logit scale);
+- fp16, int8keepproj: the same top-1 at every step where the reference's top-2 margin
+  exceeds 0.5, and max |Δlogits| within the recipe's gate bound. The second check is what
+  catches a uniformly wrong scale (e.g. an int8 head dequantized with the wrong scale),
+  which rescales every logit and keeps every top-1.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rwkv7_files import rwkv_package_logits
+from ssmport.pretrained import BUNDLED, mean_nats
+from ssmport.quant import RECIPES
+
+PYDOC = BUNDLED["rwkv7-pydoc"]
+STEPS = 48  # teacher-forced bytes of held-out text per bundle (int8/fp16 run ~0.2 s/step here)
+CONFIDENT_MARGIN = 0.5  # logits: a top-1 this far ahead of the runner-up must survive quantization
+
+
+def held_out_ids() -> list[int]:
+    """The held-out text as byte-level ids (byte b is id b + 1)."""
+    return [b + 1 for b in PYDOC.validation_text.read_bytes()]
+
+
+@pytest.fixture(scope="module")
+def reference_logits() -> np.ndarray:
+    return rwkv_package_logits(PYDOC.checkpoint, held_out_ids()).numpy()
+
+
+@pytest.fixture(scope="module")
+def trained_bundles(bundles, export_fn):
+    """rwkv7-pydoc exported once per recipe (decode only: the prefill is not under test)."""
+    made = {}
+
+    def get(quant: str):
+        if quant not in made:
+            made[quant] = export_fn("rwkv7-pydoc", bundles, quant=quant, gate=False, prefill_chunk=None)
+        return made[quant].path
+
+    return get
+
+
+def bundle_logits(path, ids: list[int]) -> np.ndarray:
+    from ssmport.runtime import Runner
+
+    with Runner(path) as runner:
+        return runner.step_each(ids)
+
+
+def test_shipped_reference_loss_is_the_packages(reference_logits):
+    """The fp32 reference loss `ssmport export` prints next to a bundle's is recomputed here by
+    the independent implementation on the whole held-out text."""
+    ids = held_out_ids()
+    loss = mean_nats(reference_logits[:-1], ids[1:])
+    assert loss == pytest.approx(PYDOC.reference_loss, abs=1e-4)
+    assert loss < math.log(256) / 4  # trained: far below a uniform byte (5.5 nats)
+
+
+def test_fp32_bundle_matches_rwkv_package(trained_bundles, reference_logits):
+    ids = held_out_ids()[:STEPS]
+    got = bundle_logits(trained_bundles("fp32"), ids)
+    ref = reference_logits[:STEPS]
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert np.abs(got - ref).max() <= RECIPES["fp32"].gate.max_rel_logit_delta * scale
+
+
+@pytest.mark.parametrize("quant", ["fp16", "int8keepproj"])
+def test_quantized_bundle_keeps_confident_top1(trained_bundles, reference_logits, quant):
+    ids = held_out_ids()[:STEPS]
+    got = bundle_logits(trained_bundles(quant), ids)
+    ref = reference_logits[:STEPS]
+    top2 = np.sort(ref, axis=1)[:, -2:]
+    confident = top2[:, 1] - top2[:, 0] > CONFIDENT_MARGIN
+    assert confident.sum() >= STEPS // 2, "too few confident steps for the check to mean anything"
+    flipped = [t for t in np.flatnonzero(confident) if got[t].argmax() != ref[t].argmax()]
+    assert not flipped, f"{quant}: top-1 changed at confident steps {[int(t) for t in flipped]}"
+    scale = max(1.0, float(np.abs(ref).max()))
+    assert np.abs(got - ref).max() <= RECIPES[quant].gate.max_rel_logit_delta * scale
+
+
+def test_export_prints_validation_loss(tmp_path, capsys):
+    """The README's first command: export prints the gate and the held-out loss, which for an
+    fp32 bundle is the reference's."""
+    from ssmport.cli.main import main
+
+    assert main(["export", "rwkv7-pydoc", "--quant", "fp32", "-o", str(tmp_path), "-q", "--no-prefill"]) == 0
+    out = capsys.readouterr().out
+    assert "gate: PASS fp32" in out
+    line = next(line for line in out.splitlines() if line.startswith("validation: "))
+    assert float(line.split()[1]) == pytest.approx(PYDOC.reference_loss, abs=1e-3)
+
+
+def test_trained_weights_load_strictly_as_blinkdl():
+    """The shipped file is a plain BlinkDL checkpoint: the preset loads it through the strict
+    .pth loader, and its config is the preset's."""
+    from ssmport.sources import load_model
+
+    model = load_model("rwkv7-pydoc")
+    assert model.provenance["kind"] == "pth" and not model.synthetic
+    assert model.config.vocab_size == 320 and model.vocab_path.name == "vocab.tsv"
+    sd = torch.load(PYDOC.checkpoint, weights_only=True)
+    assert {t.dtype for t in sd.values()} == {torch.float16}
