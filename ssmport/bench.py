@@ -140,11 +140,11 @@ def bench_torch_eager(bundle: Bundle, tokens: list[int], warmup: int, weights=No
     at torch's default thread count."""
     import torch
 
-    from ssmport.sources import rebuild_source
+    from ssmport.sources import rebuild_bundle_source
     from ssmport.torch_runner import TorchRunner
 
     out: dict = {}
-    ref = TorchRunner(rebuild_source(bundle.manifest.source, weights), "fp32")
+    ref = TorchRunner(rebuild_bundle_source(bundle.manifest, weights), "fp32")
     default_threads = torch.get_num_threads()
     try:
         torch.set_num_threads(1)

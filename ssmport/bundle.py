@@ -1,24 +1,26 @@
 """The bundle on disk: `model.aimodel/`, `manifest.json`, `gate.json`, `tokenizer/`.
 
-Bundles are written atomically (a temp directory renamed into place) and read back only
-through `Bundle.open`, which checks the layout before anything trusts it.
+Bundles are written atomically (a temp directory renamed into place, never over anything that
+is not a bundle) and read back only through `Bundle.open`, which checks the layout before
+anything trusts it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ssmport.errors import BundleError, SsmportError
+from ssmport.files import OWNER_MARKER, OwnedDir, PathLock, rename_noreplace, stale_dirs, write_output
 from ssmport.interrupts import raise_if_interrupted
-from ssmport.manifest import Manifest
+from ssmport.manifest import FORMAT, Manifest
 
 MANIFEST = "manifest.json"
 ASSET = "model.aimodel"
@@ -27,16 +29,19 @@ TOKENIZER_DIR = "tokenizer"
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
-    """Write JSON via a sibling temp file and rename, so readers never see half a file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=False)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """Write JSON so readers never see half a file (see `files.write_output`); a bundle's or
+    the cache's own file, so never to a device or a pipe."""
+    text = json.dumps(data, indent=2, sort_keys=False) + "\n"
+    write_output(path, lambda f: f.write(text.encode()), streams=False)
+
+
+MAX_MANIFEST_BYTES = 256 << 20  # the per-tensor plan of a 13B model is ~1 MB
+
+
+def _inside(root: Path, rel: str) -> bool:
+    """Whether `rel` names something inside `root` (no absolute path, no '..' out of it)."""
+    p = Path(rel)
+    return not p.is_absolute() and ".." not in p.parts and str(rel).strip() != ""
 
 
 def dir_bytes(path: Path) -> int:
@@ -57,10 +62,15 @@ class Bundle:
         if not mpath.is_file():
             raise BundleError(f"{path}: not an ssmport bundle (no {MANIFEST})")
         try:
-            data = json.loads(mpath.read_text())
-        except (ValueError, OSError) as exc:
+            if mpath.stat().st_size > MAX_MANIFEST_BYTES:
+                raise ValueError(f"{mpath.stat().st_size:,} bytes; a manifest is at most {MAX_MANIFEST_BYTES >> 20} MB")
+            data = json.loads(mpath.read_bytes().decode("utf-8"))
+        except (ValueError, OSError, RecursionError) as exc:  # RecursionError: JSON nested too deeply
             raise BundleError(f"{mpath}: unreadable manifest ({exc})") from None
         manifest = Manifest.from_json(data, str(mpath))
+        for what, rel in (("asset", manifest.asset.path), ("tokenizer", manifest.tokenizer and manifest.tokenizer.path)):
+            if rel and not _inside(path, rel):
+                raise BundleError(f"{mpath}: the {what} path {rel!r} points outside the bundle")
         if not (path / ASSET).is_dir():
             raise BundleError(f"{path}: bundle is incomplete (no {ASSET}/)")
         return cls(path, manifest)
@@ -78,37 +88,148 @@ class Bundle:
         write_json_atomic(self.path / MANIFEST, self.manifest.to_json())
 
 
+# What an export writes at the top of a bundle: --overwrite replaces only a folder that holds
+# nothing else (anything more is the user's, and stays).
+BUNDLE_ENTRIES = frozenset({MANIFEST, ASSET, GATE, TOKENIZER_DIR, "metadata.json"})
+_NAME_MAX = 200  # bytes; the staging directory's name adds ~30 to it (NAME_MAX is 255)
+
+
+def check_bundle_name(name: str) -> str:
+    """A bundle's folder name must be one path component: `--name ..` or `a/../../x` would
+    put the bundle (and what --overwrite replaces) outside -o."""
+    if not name or name in (".", "..") or "/" in name or "\0" in name:
+        raise SsmportError(f"bundle name {name!r} must be a single folder name (no '/', not '.' or '..'); see --name")
+    if len(name.encode("utf-8", "surrogateescape")) > _NAME_MAX:
+        raise SsmportError(f"bundle name is {len(name.encode('utf-8', 'surrogateescape'))} bytes long; "
+                           f"the limit is {_NAME_MAX} (see --name)")  # fmt: skip
+    return name
+
+
+def replaceable_bundle(path: Path, protect: Iterable[Path] = ()) -> None:
+    """Raise unless `path` is an ssmport bundle that --overwrite may replace: a real folder
+    (not a link) whose manifest.json says it is a bundle, holding only bundle files, and not
+    holding any of `protect` (the files the export reads)."""
+    if path.is_symlink():
+        raise SsmportError(f"{path} is a symbolic link; --overwrite replaces only a bundle folder (remove the link yourself)")
+    if not path.is_dir():
+        raise SsmportError(f"{path} is a file, not an ssmport bundle; --overwrite replaces only bundles (remove it yourself)")
+    try:
+        data = json.loads((path / MANIFEST).read_text())
+        is_bundle = isinstance(data, dict) and data.get("format") == FORMAT
+    except (OSError, ValueError):
+        is_bundle = False
+    if not is_bundle:
+        raise SsmportError(f"{path} is not an ssmport bundle (no manifest.json saying so); --overwrite replaces "
+                           "only bundles (pick another --name or -o, or remove it yourself)")  # fmt: skip
+    extra = sorted(p.name for p in path.iterdir() if p.name not in BUNDLE_ENTRIES)
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise SsmportError(f"{path} holds files an export did not write ({shown}); --overwrite will not delete them "
+                           "(move them out first)")  # fmt: skip
+    root = path.resolve()
+    for p in protect:
+        if Path(p).resolve().is_relative_to(root):
+            raise SsmportError(f"{path} holds {p}, which this export reads; --overwrite will not replace it "
+                               "(write the bundle elsewhere)")  # fmt: skip
+
+
+def remove_stale_staging(parent: Path) -> None:
+    """Delete the staging folders that exports killed outright (SIGKILL, power loss) left in
+    `parent`; a bundle caught half-way through --overwrite's swap is put back first."""
+    for tmp in stale_dirs(parent, ".*.partial-*"):
+        shutil.rmtree(tmp, ignore_errors=True)
+    for trash in stale_dirs(parent, ".*.old-*"):
+        for old in trash.iterdir():
+            if old.name != OWNER_MARKER and not os.path.lexists(parent / old.name):
+                with contextlib.suppress(OSError):
+                    rename_noreplace(old, parent / old.name)
+        shutil.rmtree(trash, ignore_errors=True)
+
+
 @contextmanager
-def staged_directory(final: Path, overwrite: bool) -> Iterator[Path]:
+def staged_directory(final: Path, overwrite: bool, protect: Iterable[Path] = ()) -> Iterator[Path]:
     """Yield a temp directory beside `final`; on success rename it into place.
 
     On any error the temp directory is removed and `final` is untouched, so a failed or
-    interrupted export never leaves a partial bundle behind.
+    interrupted export never leaves a partial bundle behind. `final` is replaced only with
+    `overwrite` and only if it is a bundle (`replaceable_bundle`; `protect`: paths the export
+    reads, never inside what is replaced). One export per target at a time (a lock file beside
+    it); without `overwrite`, a target that appears during the export is left alone and the
+    export fails (the final rename refuses an existing target).
     """
-    if final.exists() and not overwrite:
-        raise SsmportError(f"{final} already exists (pass --overwrite to replace it)")
-    for parent in (final.parent, *final.parent.parents):
-        if parent.exists() and not parent.is_dir():
-            raise SsmportError(f"{parent} is not a directory")
+    check_bundle_name(final.name)
+    parent = final.parent
+    for p in (parent, *parent.parents):
+        if p.exists() and not p.is_dir():
+            raise SsmportError(f"{p} is not a directory")
+
+    def check_target() -> None:
+        if os.path.lexists(final):
+            if not overwrite:
+                raise SsmportError(f"{final} already exists (pass --overwrite to replace it)")
+            replaceable_bundle(final, protect)
+
+    check_target()
+    created = [p for p in (parent, *parent.parents) if not os.path.lexists(p)]  # removed again on failure
+    delivered = False
     try:
-        final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.partial-", dir=final.parent))
-    except OSError as exc:
-        raise SsmportError(f"{final.parent}: cannot write there ({exc.strerror})") from None
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            lock = PathLock(parent / f".{final.name}.lock")
+            locked = lock.acquire()
+        except OSError as exc:
+            raise SsmportError(f"{parent}: cannot write there ({exc.strerror})") from None
+        if not locked:
+            raise SsmportError(f"another ssmport export is writing {final} now (pid {lock.holder()}); "
+                               "wait for it to finish, or pick another --name")  # fmt: skip
+        try:
+            remove_stale_staging(parent)
+            check_target()  # again, under the lock: another export may have just finished it
+            try:
+                staging = OwnedDir(parent, f".{final.name}.partial-")
+            except OSError as exc:
+                raise SsmportError(f"{parent}: cannot write there ({exc.strerror})") from None
+            try:
+                yield staging.path
+                raise_if_interrupted()  # under interrupts_deferred(), a signal so far stops it here
+                _deliver(staging, final, overwrite, check_target)
+                delivered = True
+            except OSError as exc:  # disk full, quota, permissions: one line, and nothing left behind
+                where = f" ({exc.filename})" if exc.filename else ""
+                raise SsmportError(f"writing {final} failed: {exc.strerror or exc}{where}") from None
+            finally:
+                staging.remove()
+        finally:
+            lock.release()
+    finally:
+        if not delivered:
+            for p in created:  # deepest first; only the empty folders this export made
+                with contextlib.suppress(OSError):
+                    p.rmdir()
+
+
+def _deliver(staging: OwnedDir, final: Path, overwrite: bool, check_target) -> None:
+    """Move the finished bundle into place; an old bundle (with `overwrite`) is moved aside
+    first, put back if the move fails, and deleted after."""
+    staging.disown()
+    if not overwrite or not os.path.lexists(final):
+        try:
+            rename_noreplace(staging.path, final)  # the existence check and the rename in one step
+        except FileExistsError:
+            raise SsmportError(f"{final} appeared while the export ran; it was left as it is and nothing was "
+                               "written (run again with --overwrite to replace a bundle)") from None  # fmt: skip
+        return
+    check_target()  # it may have changed since the export began
+    trash = OwnedDir(final.parent, f".{final.name}.old-")
     try:
-        yield tmp
-        raise_if_interrupted()  # under interrupts_deferred(), a Ctrl-C so far stops it here
-        if final.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.parent))
-            os.replace(final, trash / final.name)
-            os.replace(tmp, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(tmp, final)
-    except OSError as exc:  # disk full, quota, permissions: one line, and nothing left behind
-        shutil.rmtree(tmp, ignore_errors=True)
-        where = f" ({exc.filename})" if exc.filename else ""
-        raise SsmportError(f"writing {final} failed: {exc.strerror or exc}{where}") from None
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        os.rename(final, trash.path / final.name)
+        try:
+            rename_noreplace(staging.path, final)
+        except BaseException:
+            os.rename(trash.path / final.name, final)
+            raise
+    finally:
+        if os.path.lexists(final):
+            trash.remove()
+        else:  # the old bundle could not be put back: the next export's cleanup restores it
+            trash.abandon()

@@ -236,13 +236,46 @@ HF_WEIGHT_FILES = (
 )
 
 
+MAX_INDEX_BYTES = 64 << 20  # a shard index lists names only; the largest are a few MB
+
+
+def read_shard_index(index: Path) -> dict[str, str]:
+    """A `*.index.json`'s weight_map (tensor name -> shard file), checked: an object of
+    names to plain file names in the same folder (never a path out of it)."""
+    try:
+        if index.stat().st_size > MAX_INDEX_BYTES:
+            raise ValueError(f"{index.stat().st_size:,} bytes")
+        data = json.loads(index.read_bytes().decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise CheckpointError(f"{index}: not a readable shard index ({exc})") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map:
+        raise CheckpointError(f"{index}: not a valid shard index (no weight_map object naming the shards)")
+    for name, shard in weight_map.items():
+        if not isinstance(shard, str) or not shard or shard in (".", "..") or "/" in shard or "\\" in shard:
+            raise CheckpointError(f"{index}: weight_map gives tensor {name!r} the shard {shard!r}, "
+                                  "which is not a file name in this folder")  # fmt: skip
+    return weight_map
+
+
 def shard_names(index: Path) -> list[str]:
     """The shard files a `*.index.json` lists, sorted."""
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        return sorted(set(weight_map.values()))
-    except (ValueError, KeyError, TypeError, AttributeError):
-        raise CheckpointError(f"{index}: not a valid shard index (no weight_map)") from None
+    return sorted(set(read_shard_index(index).values()))
+
+
+def _check_index_matches(index: Path, source: TensorSource, weight_map: dict[str, str]) -> None:
+    """The index must describe the shards: a tensor it lists that no shard holds (or the
+    reverse) means shards from another checkpoint, or a stale index."""
+    present = set(source)
+    listed = set(weight_map)
+    problems = []
+    if listed - present:
+        problems.append(f"lists {len(listed - present)} tensor(s) no shard holds ({', '.join(sorted(listed - present)[:3])})")
+    if present - listed:
+        problems.append(f"does not list {len(present - listed)} tensor(s) the shards hold "
+                        f"({', '.join(sorted(present - listed)[:3])})")  # fmt: skip
+    if problems:
+        raise CheckpointError(f"{index}: the shard index does not match its shards: {'; '.join(problems)}")
 
 
 def open_hf_weights(folder: Path) -> TensorSource:
@@ -250,11 +283,14 @@ def open_hf_weights(folder: Path) -> TensorSource:
     for (index_name, single_name), cls in zip(HF_WEIGHT_FILES, (SafetensorsSource, PthSource)):
         index = folder / index_name
         if index.is_file():
-            shards = [folder / shard for shard in shard_names(index)]
+            weight_map = read_shard_index(index)
+            shards = [folder / shard for shard in sorted(set(weight_map.values()))]
             missing = [s.name for s in shards if not s.is_file()]
             if missing:
                 raise CheckpointError(f"{folder}: shard(s) listed in {index_name} are missing: {', '.join(missing)}")
-            return cls(shards)
+            source = cls(shards)
+            _check_index_matches(index, source, weight_map)
+            return source
         if (folder / single_name).is_file():
             return cls([folder / single_name])
     raise CheckpointError(
@@ -332,6 +368,14 @@ def release_mapped_pages(paths: list[Path]) -> None:
         libc.madvise(ctypes.c_void_p(start), ctypes.c_size_t(end - start), _MADV_DONTNEED)
 
 
+_LISTED = 12  # names shown per kind of problem; a layer count gone wrong can make thousands
+
+
+def _listing(names: list[str]) -> str:
+    shown = ", ".join(names[:_LISTED])
+    return shown + (f", ... ({len(names) - _LISTED} more)" if len(names) > _LISTED else "")
+
+
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
 
 
@@ -360,13 +404,9 @@ def check_strict(
         if n in present and source.dtype(n) not in FLOAT_DTYPES
     ]
     problems = []
-    if missing:
-        problems.append(f"missing {len(missing)}: {', '.join(missing)}")
-    if unexpected:
-        problems.append(f"unexpected {len(unexpected)}: {', '.join(unexpected)}")
-    if misshaped:
-        problems.append(f"misshaped {len(misshaped)}: {', '.join(misshaped)}")
-    if wrong_dtype:
-        problems.append(f"not floating point {len(wrong_dtype)}: {', '.join(wrong_dtype)}")
+    for label, names in (("missing", missing), ("unexpected", unexpected), ("misshaped", misshaped),
+                         ("not floating point", wrong_dtype)):  # fmt: skip
+        if names:
+            problems.append(f"{label} {len(names)}: {_listing(names)}")
     if problems:
         raise CheckpointError(f"{source.origin}: does not match {what}: " + "; ".join(problems))

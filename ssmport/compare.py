@@ -14,7 +14,7 @@ from ssmport.exporter import export
 from ssmport.gate import gate_bundle
 from ssmport.parity import GateReport
 from ssmport.quant import RECIPES
-from ssmport.sources import rebuild_source
+from ssmport.sources import rebuild_bundle_source
 
 COMPARED = ("fp16", "int8keepproj", "int8")
 
@@ -25,7 +25,7 @@ def compare_recipes(
     """(recipe, asset bytes, gate report) for the bundle's own recipe and each of COMPARED,
     in recipe order. The bundle's own gate is recorded in it, as `ssmport gate` does."""
     m = bundle.manifest
-    model = rebuild_source(m.source, weights)
+    model = rebuild_bundle_source(m, weights)
     state = m.recipe.state_dtype
     own = m.recipe.name
     rows = [(own, m.asset.bytes, gate_bundle(bundle, model, token_streams=streams))]

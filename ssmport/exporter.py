@@ -30,23 +30,30 @@ import torch
 
 from ssmport import __version__
 from ssmport._quiet import python_stdout_captured
+from ssmport.apple.graph import APPLE_MAINS
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
-from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, dir_bytes, staged_directory
-from ssmport.contract import GraphSignature, check_contract, graph_names, read_signature
+from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_bytes, staged_directory
+from ssmport.contract import GraphSignature, check_contract, read_signature
 from ssmport.errors import SsmportError
 from ssmport.interrupts import interrupts_deferred
-from ssmport.apple.graph import APPLE_MAINS
-from ssmport.manifest import LAYOUTS
 from ssmport.manifest import (
-    AssetEntry, FunctionEntry, Manifest, PrefillEntry, RecipeEntry, StateEntry, TokenizerEntry,
+    LAYOUTS,
+    AssetEntry,
+    FunctionEntry,
+    Manifest,
+    PrefillEntry,
+    RecipeEntry,
+    StateEntry,
+    TokenizerEntry,
 )  # fmt: skip
 from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
-from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
+from ssmport.parity import MAX_GATE_TOKENS
+from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, check_chunk, example_inputs
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder, storage_key, summarize_plan
-from ssmport.sources import load_model, with_context
+from ssmport.sources import load_model, source_paths, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
 
 DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
@@ -103,10 +110,9 @@ def export(
         raise SsmportError(f"unknown --state-dtype {state_dtype!r}; choose fp32 or fp16")
     if quant is not None:
         get_recipe(quant)  # fail on a bad name before any loading
-    if gate and gate_steps < 1:
-        raise SsmportError("--gate-steps must be at least 1 (or pass --no-gate)")
-    if prefill_chunk is not None and prefill_chunk < 1:
-        raise SsmportError("--prefill-chunk must be at least 1 (or pass --no-prefill)")
+    if gate and not 1 <= gate_steps <= MAX_GATE_TOKENS:
+        raise SsmportError(f"--gate-steps must be at least 1 and at most {MAX_GATE_TOKENS:,} (or pass --no-gate)")
+    check_chunk(prefill_chunk)
     if layout not in LAYOUTS:
         raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
     if apple_main not in APPLE_MAINS:
@@ -127,8 +133,8 @@ def export(
         if layout == "ssmport" and prefill_chunk is not None and longest is not None and prefill_chunk > longest:
             raise SsmportError(f"--prefill-chunk {prefill_chunk}: {model.architecture.name}'s chunkwise prefill is "
                                f"exact for chunks of up to {longest} tokens")  # fmt: skip
-        final = Path(out) / (name or f"{model.name}-{recipe.name}")
-        with staged_directory(final, overwrite) as tmp:
+        final = Path(out) / check_bundle_name(name or f"{model.name}-{recipe.name}")
+        with staged_directory(final, overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(
                 model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk, layout, apple_main
             )
@@ -191,7 +197,7 @@ def _build_bundle(
                      for s, spec in zip(signature.states, specs)),  # fmt: skip
         prefill=_prefill_entry(converted),
         plan={"summary": summarize_plan(plan), "tensors": plan},
-        asset=AssetEntry(ASSET, dir_bytes(out / ASSET)),
+        asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=_asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
         notes=list(model.notes),
         export={"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
@@ -483,6 +489,12 @@ def _write_tokenizer(model: LoadedModel, out: Path) -> TokenizerEntry | None:
         info = export_vocab_tsv(model.vocab_path, target)
         kind, sha256, entries = WORLD_KIND, info.sha256, info.entries
     return TokenizerEntry(kind, f"{TOKENIZER_DIR}/{target.name}", sha256, entries, model.vocab_origin, config, template)
+
+
+def _asset_file_hashes(asset: Path) -> dict[str, str]:
+    from ssmport.runtime.lowering import asset_file_hashes  # the runtime package loads coreai
+
+    return asset_file_hashes(asset)
 
 
 def _return_freed_memory() -> None:

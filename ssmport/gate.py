@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import GATE, Bundle, write_json_atomic
+from ssmport.gate_reference import ReplayedReference, reference_logits
 from ssmport.manifest import GateSummary
+from ssmport.memory import section
 from ssmport.parity import GateReport, default_prompts, run_gate
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.recipes import gate_thresholds
-from ssmport.memory import section
 from ssmport.runtime import Runner
 from ssmport.runtime.lowering import ensure_lowered
-from ssmport.sources import rebuild_source
-from ssmport.gate_reference import ReplayedReference, reference_logits
+from ssmport.sources import rebuild_bundle_source
 
 DEFAULT_PROMPTS = 3
 DEFAULT_STEPS = 32
@@ -46,7 +46,7 @@ def gate_bundle(
     m = bundle.manifest
     recipe = get_recipe(m.recipe.name)
     if model is None:
-        model = rebuild_source(m.source, weights)
+        model = rebuild_bundle_source(m, weights)
     if token_streams is None:
         token_streams = default_prompts(
             model.config.vocab_size, prompts, steps, tokenizer=bundle_tokenizer(bundle)

@@ -1,13 +1,18 @@
-"""Ctrl-C handling for long jobs and for runtime calls.
+"""Ctrl-C, SIGTERM and SIGHUP: for long jobs and for runtime calls.
 
 Python raises KeyboardInterrupt wherever the main thread happens to be. During an export
 that is often somewhere it must not be: measured here, a Ctrl-C landing in a weakref
 callback run by the garbage collector inside `torch.export` was printed as "Exception
 ignored in ..." and lost (the export finished and exited 0), and one landing in a torch C++
 callback aborted the process (SIGABRT, the staging directory left behind). So a job wrapped
-in `interrupts_deferred()` only records the first Ctrl-C; `raise_if_interrupted()` raises it
-at the next safe point (a stage boundary, each stored weight, before the final rename). A
-second Ctrl-C raises at once, for a user who will not wait.
+in `interrupts_deferred()` only records the first stop signal; `raise_if_interrupted()`
+raises it at the next safe point (a stage boundary, each stored weight, before the final
+rename). A second one raises at once, for a user who will not wait.
+
+SIGTERM (`kill`, a job scheduler, a container stopping) and SIGHUP (the terminal closing)
+stop a command the way Ctrl-C does, as `Terminated`: the CLI installs `terminate_raises()`,
+cleans up (no staging directory is left) and exits 128 + the signal number (143, 129), the
+shell's convention. A signal the caller set to be ignored (nohup's SIGHUP) stays ignored.
 """
 
 from __future__ import annotations
@@ -17,62 +22,120 @@ import signal
 import threading
 from collections.abc import Iterator
 
-_pending = False  # a Ctrl-C recorded by interrupts_deferred() and not yet raised
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_pending: int | None = None  # the first stop signal recorded by interrupts_deferred(), not yet raised
 _deferring = False
 
 
-def _handler_we_can_replace() -> bool:
-    """Only the main thread can set handlers; SIG_IGN / SIG_DFL are the caller's choice."""
-    return threading.current_thread() is threading.main_thread() and callable(signal.getsignal(signal.SIGINT))
+class Terminated(BaseException):
+    """SIGTERM or SIGHUP arrived: stop like Ctrl-C (a BaseException, so only cleanup runs)."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def stop_exception(signum: int) -> BaseException:
+    return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated(signum)
+
+
+def _ours_to_replace(signum: int) -> bool:
+    """Only the main thread can set handlers; SIG_IGN is the caller's choice, and so is
+    SIG_DFL for SIGINT (a shell's background job). SIG_DFL for SIGTERM / SIGHUP is taken over
+    so that a library caller's export cleans up too."""
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    current = signal.getsignal(signum)
+    if signum == signal.SIGINT:
+        return callable(current)
+    return callable(current) or current == signal.SIG_DFL
+
+
+@contextlib.contextmanager
+def _handlers(handler) -> Iterator[dict[int, object]]:
+    previous = {s: signal.getsignal(s) for s in STOP_SIGNALS if _ours_to_replace(s)}
+    for s in previous:
+        signal.signal(s, handler)
+    try:
+        yield previous
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def terminate_raises() -> Iterator[None]:
+    """Inside the block SIGTERM / SIGHUP raise `Terminated` (the CLI's whole run)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+    for s, h in previous.items():
+        if h == signal.SIG_DFL:
+            signal.signal(s, _raise_terminated)
+    try:
+        yield
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+
+def _deliver(signum: int, previous) -> None:
+    """What the signal would have done without us: the previous handler, or an exception."""
+    if callable(previous):
+        previous(signum, None)  # Python's SIGINT handler raises KeyboardInterrupt
+    else:
+        raise stop_exception(signum)
 
 
 @contextlib.contextmanager
 def interrupts_deferred() -> Iterator[None]:
-    """Inside the block a first Ctrl-C is recorded and raised by `raise_if_interrupted()`;
-    one still pending when the block ends is raised there."""
+    """Inside the block a first stop signal is recorded and raised by
+    `raise_if_interrupted()`; one still pending when the block ends is raised there."""
     global _pending, _deferring
-    if _deferring or not _handler_we_can_replace():
+    if _deferring:
         yield
         return
-    previous = signal.getsignal(signal.SIGINT)
+    previous: dict[int, object] = {}
 
     def record(signum, frame):
         global _pending
-        if _pending:
-            previous(signum, frame)  # the second Ctrl-C: the default handler raises now
-        _pending = True
+        if _pending is not None:  # the second one: stop now
+            _deliver(signum, previous.get(signum))
+        _pending = signum
 
-    signal.signal(signal.SIGINT, record)
-    _deferring, _pending = True, False
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        pending, _deferring, _pending = _pending, False, False
-    if pending:
-        raise KeyboardInterrupt
+    with _handlers(record) as replaced:
+        previous.update(replaced)
+        _deferring, _pending = True, None
+        try:
+            yield
+        finally:
+            pending, _deferring, _pending = _pending, False, None
+    if pending is not None:
+        raise stop_exception(pending)
 
 
 def raise_if_interrupted() -> None:
-    """A safe point: raise the Ctrl-C that `interrupts_deferred()` recorded, if any."""
+    """A safe point: raise the stop signal that `interrupts_deferred()` recorded, if any."""
     global _pending
-    if _pending:
-        _pending = False
-        raise KeyboardInterrupt
+    if _pending is not None:
+        signum, _pending = _pending, None
+        raise stop_exception(signum)
 
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold a SIGINT that arrives inside the block and deliver it when the block ends."""
-    if not _handler_we_can_replace():
-        yield
-        return
-    previous = signal.getsignal(signal.SIGINT)
-    caught: list[tuple] = []
-    signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    """Hold a stop signal that arrives inside the block and deliver it when the block ends."""
+    caught: list[int] = []
+    previous: dict[int, object] = {}
     try:
-        yield
+        with _handlers(lambda signum, frame: caught.append(signum)) as replaced:
+            previous.update(replaced)
+            yield
     finally:
-        signal.signal(signal.SIGINT, previous)
         if caught:
-            previous(*caught[0])
+            _deliver(caught[0], previous.get(caught[0]))

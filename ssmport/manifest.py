@@ -88,11 +88,17 @@ class PrefillEntry(FunctionEntry):
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> PrefillEntry:
+        from ssmport.prefill import MAX_CHUNK  # here: ssmport.prefill imports torch
+
         base = FunctionEntry.from_json(data, where)
         r = _Reader(data, where)
         chunk = r.int("chunk")
-        if chunk < 1:
-            raise BundleError(f"{where}: prefill chunk {chunk} is not a positive number of tokens")
+        ids = next((t for t in base.inputs if t.name == "input_ids"), None)
+        # The runner sizes its buffers from the chunk: it must be the input's (or, for a
+        # dynamic token count, within the bound an export allows).
+        if not 1 <= chunk <= MAX_CHUNK or ids is None or ids.shape not in ((1, chunk), (1, DYNAMIC_DIM)):
+            raise BundleError(f"{where}: prefill chunk {chunk} does not match its input_ids "
+                              f"{list(ids.shape) if ids else '(none)'} (expected [1, {chunk}], at most {MAX_CHUNK})")  # fmt: skip
         return cls(base.function, base.inputs, base.outputs, chunk, r.str("padding", "valid_len"))
 
     def to_json(self) -> dict:
@@ -121,6 +127,10 @@ class TokenizerEntry:
 class AssetEntry:
     path: str
     bytes: int
+    # sha256 of every file of the asset, by path inside it: checked before the runtime reads
+    # the asset (a damaged .mlirb aborts the process; a flipped weight bit runs silently).
+    # Empty for bundles exported before it was recorded.
+    files: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -169,7 +179,7 @@ class Manifest:
 
     @property
     def vocab_size(self) -> int:
-        return int(self.main.outputs[0].shape[-1])
+        return int(self.main.outputs[0].shape[-1])  # from_json checks that there is such an output
 
     @property
     def plan_tensors(self) -> list[dict]:
@@ -231,14 +241,26 @@ class Manifest:
             )
         r = _Reader(data, where)
         plan = r.dict("plan")
-        if not isinstance(plan.get("tensors"), list) or not isinstance(plan.get("summary"), dict):
+        summary = plan.get("summary")
+        if not isinstance(plan.get("tensors"), list) or not isinstance(summary, dict):
             raise BundleError(f"{where}: field 'plan' lacks its 'summary' or 'tensors'")
+        for key in ("by_role", "by_dtype"):
+            if not isinstance(summary.get(key), dict) or not isinstance(summary.get("total"), (int, float)):
+                raise BundleError(f"{where}: field 'plan' has no valid summary ({key!r} and 'total')")
+        if not all(isinstance(t, dict) for t in plan["tensors"]):
+            raise BundleError(f"{where}: field 'plan' has a tensor entry that is not an object")
         layout = r.str("layout", "ssmport")
         if layout not in LAYOUTS:
             raise BundleError(f"{where}: unknown layout {layout!r} (this ssmport knows {', '.join(LAYOUTS)})")
         prefill = r.optional_dict("prefill")
         tokenizer = r.optional_dict("tokenizer")
         gate = r.optional_dict("gate")
+        notes, export = data.get("notes") or [], data.get("export") or {}
+        if not isinstance(notes, list) or not isinstance(export, dict):
+            raise BundleError(f"{where}: field {'notes' if not isinstance(notes, list) else 'export'!r} has the wrong type")
+        main = FunctionEntry.from_json(data, where)
+        if not main.outputs or not main.outputs[0].shape:
+            raise BundleError(f"{where}: the decode function lists no logits output")
         return cls(
             bundle_id=r.str("bundle_id"),
             name=r.str("name"),
@@ -247,15 +269,15 @@ class Manifest:
             source=r.dict("source"),
             synthetic_weights=r.bool("synthetic_weights"),
             recipe=r.record("recipe", RecipeEntry),
-            main=FunctionEntry.from_json(data, where),
+            main=main,
             states=r.entries("states", StateEntry),
             plan=plan,
             asset=r.record("asset", AssetEntry),
             prefill=None if prefill is None else PrefillEntry.from_json(prefill, f"{where} (prefill)"),
             tokenizer=None if tokenizer is None else _record(tokenizer, TokenizerEntry, f"{where} (tokenizer)"),
             gate=None if gate is None else _record(gate, GateSummary, f"{where} (gate)"),
-            notes=[str(n) for n in data.get("notes") or []],
-            export=dict(data.get("export") or {}),
+            notes=[str(n) for n in notes],
+            export=dict(export),
             ssmport_version=str(data.get("ssmport_version", "")),
             format_version=int(version),
             layout=layout,
@@ -311,13 +333,26 @@ class _Reader:
         return _record(self.dict(key), cls, f"{self.where} ({key})")
 
 
+# The JSON types a flat record's fields may hold, by their annotation (this module uses
+# `from __future__ import annotations`, so annotations are strings).
+_JSON_TYPES = {"str": (str,), "int": (int,), "bool": (bool,), "float": (int, float), "dict": (dict,),
+               "str | None": (str, type(None)), "dict | None": (dict, type(None)),
+               "dict[str, str]": (dict,)}  # fmt: skip
+
+
 def _record(data: dict, cls, where: str):
-    """A flat dataclass from a JSON object: every field without a default must be present."""
+    """A flat dataclass from a JSON object: every field without a default must be present,
+    and each must hold the JSON type its annotation says."""
     names = {f.name for f in fields(cls)}
     required = [f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING]
     missing = [n for n in required if n not in data]
     if missing:
         raise BundleError(f"{where}: missing field(s) {', '.join(map(repr, missing))}")
+    for f in fields(cls):
+        types = _JSON_TYPES.get(str(f.type))
+        value = data.get(f.name)
+        if f.name in data and types and (not isinstance(value, types) or (isinstance(value, bool) and bool not in types)):
+            raise BundleError(f"{where}: field {f.name!r} has the wrong type ({type(value).__name__})")
     try:
         return cls(**{k: v for k, v in data.items() if k in names})
     except TypeError as exc:

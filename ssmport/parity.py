@@ -24,6 +24,7 @@ import numpy as np
 
 from ssmport.quant.recipes import GateThresholds
 
+MAX_GATE_TOKENS = 100_000  # teacher-forced steps in one gate: ~minutes on a small model, bounded memory
 DEFAULT_TEXTS = (
     "The capital of France is Paris. It is known for the Eiffel Tower, museums, and cafés.",
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\nprint([fib(i) for i in range(10)])",

@@ -37,7 +37,7 @@ def load_plugin(spec: str) -> ModuleType:
         if exc.name and spec.startswith(exc.name):
             raise SsmportError(f"plugin {spec}: no such file or importable module") from None
         raise _import_failed(spec, exc) from exc
-    except Exception as exc:  # a plugin's own bug: say where, in one line
+    except (Exception, SystemExit) as exc:  # a plugin's own bug (or a sys.exit): say where, in one line
         raise _import_failed(spec, exc) from exc
 
 
@@ -58,9 +58,11 @@ def _import_file(path: Path, spec: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses and pickling look the module up by name
     try:
         module_spec.loader.exec_module(module)
-    except Exception as exc:
+    except BaseException as exc:
         del sys.modules[name]
-        raise _import_failed(spec, exc) from exc
+        if isinstance(exc, (Exception, SystemExit)):  # a plugin's bug, or a sys.exit(): never a success
+            raise _import_failed(spec, exc) from exc
+        raise
     return module
 
 
@@ -69,4 +71,6 @@ def _import_failed(spec: str, exc: BaseException) -> SsmportError:
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
     where = f" at {tb.tb_frame.f_code.co_filename}:{tb.tb_lineno}" if tb is not None else ""
+    if isinstance(exc, SystemExit):
+        return SsmportError(f"plugin {spec} called sys.exit({exc.code!r}){where} while importing")
     return SsmportError(f"plugin {spec} failed to import: {type(exc).__name__}: {exc}{where}")

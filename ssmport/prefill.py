@@ -26,6 +26,17 @@ if TYPE_CHECKING:  # torch loads on first use: the CLI imports this module for D
 PREFILL_FUNCTION = "prefill"
 PREFILL_INPUT_NAMES = ("input_ids", "position_ids", "valid_len")
 DEFAULT_CHUNK = 64
+# The largest chunk an export builds: the chunkwise forms hold [H, T, T] matrices, so a chunk
+# of 10^8 would be allocated for minutes before failing; 4096 is 64x the default.
+MAX_CHUNK = 4096
+
+
+def check_chunk(chunk: int | None) -> None:
+    """Refuse a prefill chunk outside [1, MAX_CHUNK] (None: no prefill function)."""
+    from ssmport.errors import SsmportError
+
+    if chunk is not None and not 1 <= chunk <= MAX_CHUNK:
+        raise SsmportError(f"--prefill-chunk must be between 1 and {MAX_CHUNK} tokens (got {chunk:,}), or pass --no-prefill")
 
 
 def example_inputs(chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -43,4 +54,4 @@ def example_inputs(chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
 from ssmport.ops.rows import last_valid  # noqa: E402
 from ssmport.ops.scan import scan  # noqa: E402
 
-__all__ = ["DEFAULT_CHUNK", "PREFILL_FUNCTION", "PREFILL_INPUT_NAMES", "example_inputs", "last_valid", "scan"]
+__all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "check_chunk", "PREFILL_FUNCTION", "PREFILL_INPUT_NAMES", "example_inputs", "last_valid", "scan"]

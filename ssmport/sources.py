@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -46,7 +47,7 @@ def load_model(
     if vocab is not None:
         path = Path(vocab).expanduser()
         if not path.is_file():
-            raise SsmportError(f"--vocab {vocab}: no such file")
+            raise SsmportError(f"--vocab {vocab}: {'a directory, not a vocab file' if path.is_dir() else 'no such file'}")
         model.vocab_path, model.vocab_origin = path, "--vocab"
     elif model.vocab_path is None:
         default = model.architecture.default_vocab(model.config)
@@ -55,6 +56,13 @@ def load_model(
     if model.vocab_path is not None:
         _check_vocab_fits(model)
     return model
+
+
+def source_paths(model: LoadedModel) -> list[Path]:
+    """The files an export of `model` reads (its checkpoint, its vocab): what --overwrite must
+    never replace."""
+    paths = [Path(p) for p in (model.provenance.get("path"), model.vocab_path) if p]
+    return paths
 
 
 def _check_vocab_fits(model: LoadedModel) -> None:
@@ -76,7 +84,7 @@ def _resolve(spec: str, weights, synthetic: bool, seed: int, file: str | None, d
     from ssmport import hub
 
     known = presets()
-    local = spec not in known and Path(spec).expanduser().exists()
+    local = spec not in known and _exists(Path(spec).expanduser())
     name, revision = (spec, None) if spec in known or local else hub.split_revision(spec)
     if name in known:
         preset = known[name]
@@ -118,6 +126,13 @@ def _resolve(spec: str, weights, synthetic: bool, seed: int, file: str | None, d
     if hub.is_repo_id(name):
         return _from_hub(name, revision, file, display)
     raise SsmportError(f"{spec!r} is neither a preset (see `ssmport list`), an existing path, nor a Hub repo (org/name)")
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a name too long to be a path, say: then it is not one
+        return False
 
 
 def _as_preset(model: LoadedModel, preset) -> LoadedModel:
@@ -163,10 +178,17 @@ def _load_hf_folder(folder: Path) -> LoadedModel:
     return _loaded(arch, config, weights, "hf", folder, folder.name, folder)
 
 
+MAX_CONFIG_BYTES = 16 << 20  # config.json files are a few KB
+
+
 def _read_config(cfg_path: Path) -> dict[str, Any]:
     try:
-        config_json = json.loads(cfg_path.read_text())
-    except ValueError as exc:
+        if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
+            raise ValueError(f"{cfg_path.stat().st_size:,} bytes; a config.json is at most {MAX_CONFIG_BYTES >> 20} MB")
+        config_json = json.loads(cfg_path.read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise CheckpointError(f"{cfg_path}: cannot read ({exc.strerror})") from None
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply
         raise CheckpointError(f"{cfg_path}: invalid JSON ({exc})") from None
     if not isinstance(config_json, dict):
         raise CheckpointError(f"{cfg_path}: expected a JSON object")
@@ -195,7 +217,7 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
         raise CheckpointError(
             f"{model.provenance.get('path')}: is {model.architecture.name}, but preset {preset.name} is {preset.architecture}"
         )
-    got = model.config.to_json()
+    got = json.loads(json.dumps(model.config.to_json()))  # as the manifest holds it (lists, not tuples)
     diffs = [f"{k}={got[k]} (preset {preset.config[k]})" for k in _PRESET_KEYS if k in preset.config and got.get(k) != preset.config[k]]
     if diffs:
         raise CheckpointError(f"{model.provenance.get('path')}: does not match preset {preset.name}: {', '.join(diffs)}")
@@ -205,7 +227,7 @@ def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: 
     from ssmport.tokenizers import find_tokenizer
 
     vocab = find_tokenizer(vocab_dir)
-    provenance: dict[str, Any] = {"kind": kind, "path": str(path.resolve())}
+    provenance: dict[str, Any] = {"kind": kind, "path": str(path.resolve()), PROBE_KEY: weights_probe(weights)}
     notes = []
     if weights.skipped:  # named in the manifest (source) and in one line of output (notes)
         provenance["skipped_tensors"] = {f"{p}*": {"what": what, "tensors": n} for p, (what, n) in weights.skipped.items()}
@@ -233,6 +255,51 @@ def with_context(model: LoadedModel, context: int) -> LoadedModel:
     in its provenance so that a rebuilt source (gate, bench) gets the same cache."""
     config = model.architecture.with_context(model.config, context)
     return dataclasses.replace(model, config=config, provenance={**model.provenance, "context": context})
+# A few values of a few small tensors, recorded at export: `--weights` for a gate or torch
+# logits must be the bundle's own model, not merely one of the same shape. Compared with a
+# tolerance, so a bf16 or fp16 copy of the same checkpoint (or another layout of it) passes.
+PROBE_KEY = "weights_probe"
+_PROBE_TENSORS, _PROBE_VALUES, _PROBE_MAX_NUMEL = 4, 8, 1 << 14
+
+
+def weights_probe(weights) -> dict[str, list[float]]:
+    """{canonical name: first values} of the smallest tensors (norms, biases: cheap to read)."""
+    small = sorted((math.prod(weights.shape(n)), n) for n in weights if math.prod(weights.shape(n)) <= _PROBE_MAX_NUMEL)
+    return {n: [float(f"{v:.6g}") for v in weights[n].reshape(-1)[:_PROBE_VALUES].tolist()]
+            for _, n in small[:_PROBE_TENSORS]}  # fmt: skip
+
+
+def _probe_differs(recorded: dict, weights) -> str | None:
+    """The first recorded tensor whose values `weights` do not reproduce, or None."""
+    for name, values in recorded.items():
+        if name not in weights:
+            return name
+        got = weights[name].reshape(-1)[: len(values)].tolist()
+        if len(got) != len(values) or not all(math.isclose(a, b, rel_tol=2e-2, abs_tol=2e-3) for a, b in zip(got, values)):
+            return name
+    return None
+
+
+def rebuild_bundle_source(manifest, weights: str | Path | None = None) -> LoadedModel:
+    """The fp32 source of a bundle (see `rebuild_source`), refused unless it is the bundle's
+    own model: the same architecture and config, and (recorded since this check exists) the
+    same values in a few small tensors."""
+    model = rebuild_source(manifest.source, weights)
+    where = f"--weights {weights}" if weights is not None else f"the source checkpoint {manifest.source.get('path')}"
+    if model.architecture.name != manifest.architecture:
+        raise SsmportError(f"{where} is a {model.architecture.name} model, but the bundle is {manifest.architecture}")
+    got = json.loads(json.dumps(model.config.to_json()))  # as the manifest holds it (lists, not tuples)
+    diffs = [f"{k}={got.get(k)!r} (bundle {v!r})" for k, v in manifest.config.items() if got.get(k) != v]
+    if diffs:
+        shown = ", ".join(diffs[:4]) + (f" and {len(diffs) - 4} more" if len(diffs) > 4 else "")
+        raise SsmportError(f"{where} is not the model this bundle was exported from: {shown}")
+    probe = manifest.source.get(PROBE_KEY)
+    if isinstance(probe, dict) and not model.synthetic:
+        name = _probe_differs(probe, model.weights)
+        if name is not None:
+            raise SsmportError(f"{where} is not the checkpoint this bundle was exported from: tensor {name} holds "
+                               "other values (same shapes, other weights)")  # fmt: skip
+    return model
 
 
 def rebuild_source(provenance: dict[str, Any], weights: str | Path | None = None) -> LoadedModel:
@@ -258,7 +325,10 @@ def _rebuild_source(provenance: dict[str, Any], weights: str | Path | None) -> L
     if (not path or not Path(path).exists()) and "hub" in provenance:  # gone from the cache: fetch it again
         source = provenance["hub"]
         return _from_hub(source["repo"], source["commit"], source.get("file"))
-    if not path or not Path(path).exists():
+    if not path:
+        raise SsmportError(f"the bundle's manifest records no source checkpoint (source kind {kind!r}); "
+                           "pass --weights PATH to compare against one")  # fmt: skip
+    if not _exists(Path(path)):
         raise SsmportError(
             f"the source checkpoint this bundle was exported from ({path}) is not available; "
             "pass --weights PATH to compare against it"

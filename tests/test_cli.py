@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -65,10 +66,20 @@ def test_gate_command(scratch_bundle, tmp_path, capsys):
     assert code == 0 and '"steps": 8' in out  # per stream: 2-token prompt + 3 steps
 
 
-def test_gate_fails_with_exit_1_when_source_differs(scratch_bundle, blinkdl_bf16_pth, capsys):
-    """Gating a bundle against other weights must fail (the gate can fail)."""
-    code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--weights", blinkdl_bf16_pth,
-                           "--prompts", 1, "--steps", 4)  # fmt: skip
+def test_gate_against_other_weights_is_refused(scratch_bundle, blinkdl_bf16_pth, capsys):
+    """--weights of another model (same shapes) is not the bundle's source: one line, exit 2
+    (it used to gate against them, or give their logits)."""
+    code, _, err = run_cli(capsys, "gate", scratch_bundle, "--weights", blinkdl_bf16_pth, "--prompts", 1, "--steps", 4)
+    assert code == 2 and "holds other values (same shapes, other weights)" in err
+
+
+def test_gate_fails_with_exit_1_when_the_bundle_misses_its_thresholds(pth_fp16_bundle, tmp_path, capsys):
+    """The gate can fail: an fp16 bundle held to fp32's thresholds (its manifest relabelled)."""
+    bundle = shutil.copytree(pth_fp16_bundle.path, tmp_path / "b")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["recipe"]["name"] = "fp32"
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    code, out, _ = run_cli(capsys, "gate", bundle, "--prompts", 1, "--steps", 4)
     assert code == 1 and out.startswith("FAIL")
 
 

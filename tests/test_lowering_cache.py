@@ -44,7 +44,7 @@ def test_changed_asset_is_lowered_again(lowered, pth_fp16_bundle):
     # Same bundle directory, other asset bytes (a re-export in place).
     shutil.rmtree(bundle.asset_path)
     shutil.copytree(pth_fp16_bundle.path / "model.aimodel", bundle.asset_path)
-    for key in ("main", "states", "prefill"):
+    for key in ("main", "states", "prefill", "asset"):
         setattr(bundle.manifest, key, getattr(pth_fp16_bundle.manifest, key))
     bundle.save_manifest()
     assert asset_sha256(bundle.asset_path) != before

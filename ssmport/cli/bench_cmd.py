@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 
 from ssmport.bench import DEFAULT_PREFILL_TOKENS, DEFAULT_STEPS, DEFAULT_WARMUP
+from ssmport.cli.common import check_int
+
+MAX_BENCH_TOKENS = 100_000  # per measurement: minutes on a small model, bounded memory
 
 
 def add_parser(sub) -> None:
@@ -34,12 +37,17 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ssmport.bench import bench_bundle
     from ssmport.bundle import Bundle
-    from ssmport.errors import SsmportError
 
-    if args.steps < 1 or args.warmup < 0 or args.prefill_tokens < 1:
-        raise SsmportError("--steps and --prefill-tokens must be at least 1, --warmup at least 0")
+    check_int(args.steps, "--steps", 1, MAX_BENCH_TOKENS)
+    check_int(args.warmup, "--warmup", 0, MAX_BENCH_TOKENS)
+    check_int(args.prefill_tokens, "--prefill-tokens", 1, MAX_BENCH_TOKENS)
+    bundle = Bundle.open(args.bundle)
+    if args.torch:  # the torch source must be the bundle's model: checked before minutes of timing
+        from ssmport.sources import rebuild_bundle_source
+
+        rebuild_bundle_source(bundle.manifest, args.weights)
     r = bench_bundle(
-        Bundle.open(args.bundle),
+        bundle,
         steps=args.steps,
         warmup=args.warmup,
         torch_backend=args.torch,

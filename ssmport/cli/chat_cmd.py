@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import sys
 
+from ssmport.cli.common import MAX_GENERATE, check_float, check_int, check_sampling, read_text_file
 from ssmport.errors import SsmportError
+
+MAX_SNAPSHOTS = 100_000
+MAX_SNAPSHOT_MB = 1 << 20  # 1 TB
 
 HELP_LINES = ("commands: /retry (new reply to the last message), /undo (drop the last turn), /reset, /quit; "
               "Ctrl-C stops a reply")
@@ -32,23 +36,16 @@ def add_parser(sub) -> None:
     p.set_defaults(func=run)
 
 
-def _read_script(script: str) -> list[str]:
-    try:
-        with open(script, encoding="utf-8") as f:
-            return f.read().splitlines()
-    except OSError as exc:
-        raise SsmportError(f"{script}: cannot read ({exc.strerror})") from None
-    except UnicodeDecodeError as exc:
-        raise SsmportError(f"{script}: not valid UTF-8 text (byte {exc.start})") from None
-
-
 def _lines(script: list[str] | None):
     if script is None:
-        while True:
+        while sys.stdin is not None:  # started with stdin closed: nothing to read
             try:
                 yield input("> ")
             except EOFError:
                 return
+            except UnicodeDecodeError as exc:
+                raise SsmportError(f"standard input: not valid UTF-8 text ({exc.reason} at byte {exc.start} of the line)") from None
+        return
     for line in script:
         print(f"> {line}")
         yield line
@@ -56,33 +53,41 @@ def _lines(script: list[str] | None):
 
 def run(args) -> int:
     from ssmport.bundle import Bundle
+    from ssmport.files import check_output
     from ssmport.gate import bundle_tokenizer
     from ssmport.runtime import Runner
     from ssmport.runtime.chat import ChatSession, chat_template
     from ssmport.runtime.snapshot import StateSnapshot
     from ssmport.runtime.snapshot_cache import SnapshotCache
 
-    if args.max_tokens < 1 or args.max_snapshots < 1 or args.snapshot_mb <= 0:
-        raise SsmportError("--max-tokens, --max-snapshots and --snapshot-mb must be positive")
-    if args.temperature < 0 or not 0 < args.top_p <= 1:
-        raise SsmportError("need --temperature >= 0 and 0 < --top-p <= 1")
-    script = _read_script(args.script) if args.script is not None else None
+    # Everything is checked before the chat starts, not when it ends: the options, the
+    # script, the saved state and where the state is to be saved.
+    check_int(args.max_tokens, "--max-tokens", 1, MAX_GENERATE)
+    check_int(args.max_snapshots, "--max-snapshots", 1, MAX_SNAPSHOTS)
+    check_float(args.snapshot_mb, "--snapshot-mb", 0.0, MAX_SNAPSHOT_MB, above=True)
+    check_sampling(args)
+    script = read_text_file(args.script).splitlines() if args.script is not None else None
     bundle = Bundle.open(args.bundle)
     tokenizer = bundle_tokenizer(bundle)
     if tokenizer is None:
         raise SsmportError(f"{bundle.path}: has no tokenizer, so it cannot chat in text")
+    snap = None
+    if args.state:
+        snap = StateSnapshot.load(args.state)
+        snap.check_fits(bundle.manifest)
+    if args.save_state:
+        check_output(args.save_state, "--save-state")
     template = chat_template(bundle, tokenizer)
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
     cache = SnapshotCache(args.max_snapshots, int(args.snapshot_mb * (1 << 20)))
     with Runner(bundle) as runner:
         session = ChatSession(runner, tokenizer, template, cache)
-        if args.state:
-            snap = StateSnapshot.load(args.state)
+        if snap is not None:
             runner.restore(snap)
             session.transcript = list(snap.tokens)
         if bundle.manifest.synthetic_weights:
             print("[synthetic weights: replies are noise by design]", file=sys.stderr)
-        if script is None:
+        if script is None and sys.stdin is not None and sys.stdin.isatty():
             print(HELP_LINES, file=sys.stderr)
         turns: list[tuple[list[int], str]] = []  # (transcript before the turn, message)
         for line in _lines(script):

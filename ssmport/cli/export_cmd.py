@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 import sys
 
-from ssmport.cli.common import human_bytes
+from ssmport.cli.common import MAX_SEED, check_int, human_bytes
 from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.quant import RECIPES
 
@@ -34,7 +34,8 @@ def add_parser(sub) -> None:
     p.add_argument("--vocab", help="tokenizer (rwkv_vocab_*.txt, vocab.tsv or tokenizer.json); default: one "
                    "next to the checkpoint, else the bundled World vocab for 65,536-token RWKV models")  # fmt: skip
     p.add_argument("--name", help="bundle directory name (default: <model>-<quant>)")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing bundle (only an ssmport bundle: "
+                   "anything else at the target is refused)")  # fmt: skip
     p.add_argument("--no-gate", action="store_true", help="skip the short parity gate (and, for a model that "
                    "ships with ssmport, the score on its held-out text)")  # fmt: skip
     p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export gate (default 8)")
@@ -62,12 +63,22 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from ssmport.bundle import check_bundle_name
     from ssmport.errors import SsmportError
     from ssmport.exporter import export
+    from ssmport.parity import MAX_GATE_TOKENS
+    from ssmport.prefill import check_chunk
 
     if args.apple_main and args.layout != "apple":
         raise SsmportError("--apple-main applies to --layout apple only")
 
+    # Every option is checked before the checkpoint is read (a Hub download can take minutes).
+    check_int(args.seed, "--seed", 0, MAX_SEED)
+    if not args.no_gate:
+        check_int(args.gate_steps, "--gate-steps", 1, MAX_GATE_TOKENS)
+    check_chunk(None if args.no_prefill else args.prefill_chunk)
+    if args.name is not None:
+        check_bundle_name(args.name)
     result = export(
         args.model,
         args.out,

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from ssmport.cli.common import check_ids, human_bytes, read_token_file
+from ssmport.cli.common import check_ids, check_int, human_bytes, read_text_file, read_token_file
 from ssmport.errors import SsmportError
 
 
@@ -33,27 +32,39 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ssmport.bundle import Bundle
+    from ssmport.bundle import GATE, MANIFEST, Bundle
+    from ssmport.files import check_output
     from ssmport.gate import bundle_tokenizer, gate_bundle
+    from ssmport.parity import MAX_GATE_TOKENS
+    from ssmport.quant import RECIPES
 
+    check_int(args.prompts, "--prompts", 1, MAX_GATE_TOKENS)
+    check_int(args.steps, "--steps", 1, MAX_GATE_TOKENS)
+    if args.prompts * args.steps > MAX_GATE_TOKENS:
+        raise SsmportError(f"--prompts x --steps is {args.prompts * args.steps:,} teacher-forced steps; "
+                           f"the limit is {MAX_GATE_TOKENS:,}")  # fmt: skip
     bundle = Bundle.open(args.bundle)
-    if args.prompts < 1 or args.steps < 1:
-        raise SsmportError("--prompts and --steps must be at least 1")
+    if bundle.manifest.recipe.name not in RECIPES:
+        raise SsmportError(f"{bundle.path}: the manifest names recipe {bundle.manifest.recipe.name!r}, which this "
+                           f"ssmport does not know ({', '.join(RECIPES)}); re-export the bundle")  # fmt: skip
+    if not args.compare:  # the gate records its transcript in the bundle: check that it can, first
+        check_output(bundle.path / GATE, "the gate transcript", streams=False)
+        check_output(bundle.path / MANIFEST, "the bundle manifest", streams=False)
     vocab = bundle.manifest.vocab_size
     streams = []
     if args.tokens_file:
         streams.append(check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file))
     texts = list(args.text or [])
-    for f in args.text_file or []:
-        try:
-            texts.append(Path(f).read_text(encoding="utf-8", errors="surrogateescape"))
-        except OSError as exc:
-            raise SsmportError(f"{f}: cannot read ({exc.strerror})") from None
+    texts += [read_text_file(f) for f in args.text_file or []]
+    if sum(map(len, streams)) + sum(map(len, texts)) > MAX_GATE_TOKENS * 16:  # 16 bytes a token at most
+        raise SsmportError(f"the given streams are too long for one gate (the limit is {MAX_GATE_TOKENS:,} tokens)")
     if texts:
         tokenizer = bundle_tokenizer(bundle)
         if tokenizer is None:
             raise SsmportError(f"{bundle.path}: has no tokenizer, so --text cannot be used; pass --tokens-file")
         streams += [check_ids(tokenizer.encode(t), vocab, "--text") for t in texts]
+    if sum(map(len, streams)) > MAX_GATE_TOKENS:
+        raise SsmportError(f"the given streams hold {sum(map(len, streams)):,} tokens; the limit is {MAX_GATE_TOKENS:,}")
     if args.compare:
         return _compare(bundle, streams, args)
     report = gate_bundle(

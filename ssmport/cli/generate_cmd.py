@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from ssmport.cli.common import check_ids, parse_token_ids
+from ssmport.cli.common import MAX_GENERATE, check_ids, check_int, check_sampling, parse_token_ids
 from ssmport.errors import SsmportError
 
 
@@ -31,11 +31,9 @@ def run(args) -> int:
     from ssmport.gate import bundle_tokenizer
     from ssmport.runtime import Runner
 
+    check_int(args.max_tokens, "--max-tokens", 0, MAX_GENERATE)
+    check_sampling(args)
     bundle = Bundle.open(args.bundle)
-    if args.max_tokens < 0:
-        raise SsmportError("--max-tokens must be >= 0")
-    if args.temperature < 0 or not 0 < args.top_p <= 1:
-        raise SsmportError("need --temperature >= 0 and 0 < --top-p <= 1")
     vocab = bundle.manifest.vocab_size
     tokenizer = None
     if args.prompt is not None:

@@ -6,14 +6,10 @@ fed one at a time from zeroed state; row t is the logits after token t.
 
 from __future__ import annotations
 
-import os
-import tempfile
-from pathlib import Path
-
 import numpy as np
 
 from ssmport.cli.common import check_ids, read_token_file
-from ssmport.errors import SsmportError
+from ssmport.files import check_output, write_output
 
 
 def add_parser(sub) -> None:
@@ -38,11 +34,12 @@ def run(args) -> int:
     bundle = Bundle.open(args.bundle)
     vocab = bundle.manifest.vocab_size
     ids = check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file)
+    check_output(args.out, "--out")
     if args.backend == "torch":
-        from ssmport.sources import rebuild_source
+        from ssmport.sources import rebuild_bundle_source
         from ssmport.torch_runner import TorchRunner
 
-        runner = TorchRunner(rebuild_source(bundle.manifest.source, args.weights), "fp32")
+        runner = TorchRunner(rebuild_bundle_source(bundle.manifest, args.weights), "fp32")
     else:
         from ssmport.runtime import Runner
 
@@ -51,19 +48,6 @@ def run(args) -> int:
         logits = runner.step_each(ids).astype(np.float32)
     finally:
         runner.close()
-    save_npy_atomic(Path(args.out), logits)
+    write_output(args.out, lambda f: np.save(f, logits), what="--out")
     print(f"{args.out}: float32 {list(logits.shape)} ({args.backend})")
     return 0
-
-
-def save_npy_atomic(path: Path, array: np.ndarray) -> None:
-    if path.parent and not path.parent.exists():
-        raise SsmportError(f"{path.parent}: no such directory")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".npy", dir=path.parent or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.save(f, array)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

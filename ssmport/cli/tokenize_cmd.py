@@ -33,6 +33,12 @@ def load_tokenizer(source: str):
 
 
 def run(args) -> int:
-    ids = load_tokenizer(args.source).encode(args.text)
+    from ssmport.tokenizers import TokenizerError
+
+    tokenizer = load_tokenizer(args.source)
+    try:
+        ids = tokenizer.encode(args.text)
+    except TokenizerError as exc:
+        raise SsmportError(f"--text: {exc}") from None
     print(json.dumps(ids) if args.json else " ".join(map(str, ids)))
     return 0

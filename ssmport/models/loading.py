@@ -54,6 +54,15 @@ class ConfigReader:
     def layers(self, key: str, default: Any = _MISSING) -> int:
         return self.int(key, default, hi=MAX_LAYERS)
 
+    def size(self, what: str, value: Any) -> int:
+        """A size computed from config values (`what` says how, e.g. "head_dim*expand_v"),
+        bounded like a read one: huge factors must not turn into huge shapes."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise CheckpointError(f"{self.origin}: config.json {what}={value!r} is not a whole number")
+        if not 1 <= value <= MAX_DIM or value != int(value):
+            raise CheckpointError(f"{self.origin}: config.json {what}={value:g} is not a whole number in [1, {MAX_DIM}]")
+        return int(value)
+
     def float(self, key: str, default: Any = _MISSING, *, positive: bool = False, finite: bool = True) -> float:
         value = json_float(self.raw(key, default), f"{self.origin}: config.json {key}")
         if (finite and not math.isfinite(value)) or math.isnan(value) or (positive and not value > 0):
@@ -63,6 +72,8 @@ class ConfigReader:
 
     def bool(self, key: str, default: Any = _MISSING) -> bool:
         value = self.raw(key, default)
+        if value is None and default is not _MISSING:  # null: the library's default, as its loaders read it
+            value = default
         if not isinstance(value, bool):
             raise CheckpointError(f"{self.origin}: config.json {key}={value!r} is not true or false")
         return value
@@ -80,14 +91,14 @@ class ConfigReader:
 def json_float(value: Any, what: str) -> float:
     """A float from config.json: a number, Python's `Infinity`, or transformers 5's
     `{"__float__": "Infinity"}` (how it writes non-finite floats)."""
-    if isinstance(value, Mapping) and set(value) == {"__float__"}:
-        value = value["__float__"]
-    if isinstance(value, bool):
+    if isinstance(value, Mapping) and set(value) == {"__float__"} and isinstance(value["__float__"], str):
+        try:
+            return float(value["__float__"])
+        except ValueError:
+            raise CheckpointError(f"{what}={value!r} is not a number") from None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):  # "1e-5" (a string) is refused too
         raise CheckpointError(f"{what}={value!r} is not a number")
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        raise CheckpointError(f"{what}={value!r} is not a number") from None
+    return float(value)
 
 
 def conv_f32(t: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,11 @@ file it holds; an entry whose stamp is missing, unreadable or for another key, o
 differ from the stamp (missing, truncated, rewritten), is stale or corrupt and is rebuilt. File
 stats, not a re-hash, so a cached load stays in milliseconds; it matters: the runtime dies
 (SIGILL) loading damaged lowered bytes.
+
+Before anything reads an asset, its files are checked against the sha256s the manifest
+recorded at export (remembered per file stats too), and lowering itself runs in a child
+process: the runtime aborts (SIGABRT) on an .mlirb it cannot parse, and that must be an error
+message, not the end of ssmport, nor half a cache entry.
 """
 
 from __future__ import annotations
@@ -14,12 +19,16 @@ import hashlib
 import json
 import os
 import shutil
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from ssmport.bundle import Bundle, write_json_atomic
-from ssmport.errors import BundleError
+from ssmport.errors import BundleError, SsmportError
+from ssmport.files import OWNER_MARKER, OwnedDir, stale_dirs, utf8_path
 
 
 def cache_root() -> Path:
@@ -27,6 +36,22 @@ def cache_root() -> Path:
     if env:
         return Path(env)
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "ssmport"
+
+
+def cache_dir(*parts: str) -> Path:
+    """A folder of the cache, created; a cache that is a file, cannot be created, or has a
+    path the runtime cannot encode is one line naming SSMPORT_CACHE."""
+    root = cache_root()
+    label = f"SSMPORT_CACHE={root}" if os.environ.get("SSMPORT_CACHE") else f"the ssmport cache {root}"
+    utf8_path(root, "SSMPORT_CACHE")
+    folder = root.joinpath(*parts)
+    try:
+        if os.path.lexists(root) and not root.is_dir():
+            raise SsmportError(f"{label}: not a directory (point SSMPORT_CACHE at a folder)")
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise SsmportError(f"{label}: cannot be written ({exc.strerror}); point SSMPORT_CACHE at a writable folder") from None
+    return folder
 
 
 def _coreai_version() -> str:
@@ -48,28 +73,56 @@ def _file_list(root: Path) -> list[tuple[str, int, int]]:
     )
 
 
-def asset_sha256(asset: Path) -> str:
-    """sha256 over the asset's files (names and bytes), remembered per path and file stats,
-    so an unchanged asset is hashed once (hashing 0.1B takes ~1.5 s, 1.5B ~12 s)."""
+def _asset_hashes(asset: Path) -> tuple[str, dict[str, str]]:
+    """(sha256 over the asset's files, names and bytes; {file: sha256}), remembered per path
+    and file stats, so an unchanged asset is hashed once (hashing 0.1B takes ~1.5 s, 1.5B ~12 s)."""
     asset = asset.resolve()
     files = _file_list(asset)
     memo = _hash_memo(asset)
     try:
         saved = json.loads(memo.read_text())
-        if saved["files"] == [list(f) for f in files]:
-            return saved["sha256"]
+        if saved["files"] == [list(f) for f in files] and isinstance(saved["file_sha256"], dict):
+            return saved["sha256"], saved["file_sha256"]
     except (OSError, ValueError, KeyError, TypeError):
         pass  # no memo, or an unreadable one: hash again
-    digest = hashlib.sha256()
+    digest, per_file = hashlib.sha256(), {}
     for rel, _, _ in files:
         digest.update(rel.encode() + b"\0")
+        one = hashlib.sha256()
         with open(asset / rel, "rb") as f:
             while chunk := f.read(_HASH_CHUNK):
                 digest.update(chunk)
+                one.update(chunk)
+        per_file[rel] = one.hexdigest()
     value = digest.hexdigest()
-    memo.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(memo, {"asset": str(asset), "files": files, "sha256": value})
-    return value
+    write_json_atomic(memo, {"asset": str(asset), "files": files, "sha256": value, "file_sha256": per_file})
+    return value, per_file
+
+
+def asset_sha256(asset: Path) -> str:
+    """sha256 over the asset's files (names and bytes): the lowering cache's key."""
+    return _asset_hashes(asset)[0]
+
+
+def asset_file_hashes(asset: Path) -> dict[str, str]:
+    """{path inside the asset: sha256} of every file: what the manifest records at export."""
+    return _asset_hashes(asset)[1]
+
+
+def verify_asset(bundle: Bundle) -> None:
+    """The asset's files must be the ones the manifest recorded at export (bundles exported
+    before that was recorded are not checked): a truncated or bit-flipped .mlirb aborts the
+    runtime, and a flipped weight bit would run silently with other weights."""
+    recorded = bundle.manifest.asset.files
+    if not recorded:
+        return
+    got = asset_file_hashes(bundle.asset_path)
+    problems = [f"{n} is missing" for n in sorted(set(recorded) - set(got))]
+    problems += [f"{n} does not match its recorded sha256" for n in sorted(recorded) if n in got and got[n] != recorded[n]]
+    problems += [f"{n} was not part of the export" for n in sorted(set(got) - set(recorded))]
+    if problems:
+        raise BundleError(f"{bundle.asset_path}: damaged or changed since export ({'; '.join(problems[:3])}); "
+                          "re-export the bundle")  # fmt: skip
 
 
 def lowering_key(bundle: Bundle) -> str:
@@ -77,7 +130,8 @@ def lowering_key(bundle: Bundle) -> str:
 
 
 def _hash_memo(asset: Path) -> Path:
-    return cache_root() / "asset-hashes" / (hashlib.sha256(str(asset.resolve()).encode()).hexdigest()[:24] + ".json")
+    name = hashlib.sha256(os.fsencode(asset.resolve())).hexdigest()[:24] + ".json"
+    return cache_dir("asset-hashes") / name
 
 
 def forget_lowering(bundle: Bundle) -> None:
@@ -87,7 +141,7 @@ def forget_lowering(bundle: Bundle) -> None:
 
 
 def lowered_path(bundle: Bundle) -> Path:
-    return cache_root() / "lowered" / f"{lowering_key(bundle)}.aimodelx"
+    return cache_dir("lowered") / f"{lowering_key(bundle)}.aimodelx"
 
 
 def cached_lowering_ok(target: Path, key: str) -> bool:
@@ -112,35 +166,79 @@ def uses_os_runtime() -> bool:
 
 
 def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
-    """Return (loadable model dir, whether it was lowered now). Lowering is atomic; a stale
-    or corrupt cache entry (or any entry, with `rebuild`) is replaced."""
+    """Return (loadable model dir, whether it was lowered now). The asset is checked against
+    the manifest first; a stale or corrupt cache entry (or any entry, with `rebuild`) is
+    replaced. Lowering runs in a child process into a staging folder: a crash of the runtime
+    on a bad asset is an error here, and never leaves half a cache entry."""
+    utf8_path(bundle.asset_path.resolve(), "bundle")
+    verify_asset(bundle)
     if uses_os_runtime():
         return bundle.asset_path, False
     key = lowering_key(bundle)
-    target = cache_root() / "lowered" / f"{key}.aimodelx"
+    target = cache_dir("lowered") / f"{key}.aimodelx"
     if not rebuild and cached_lowering_ok(target, key):
         return target, False
-    from coreai.authoring import AIModelAsset
-
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".lowering-", suffix=".aimodelx", dir=target.parent))
+    _remove_stale_lowerings(target.parent)
+    staging = OwnedDir(target.parent, ".lowering-", ".aimodelx")
     try:
-        try:
-            asset = AIModelAsset.load(bundle.asset_path)
-        except RuntimeError as exc:
-            raise BundleError(f"{bundle.asset_path}: not a loadable Core AI asset ({exc})") from None
-        # Private in coreai-core 1.0.0b3 (what `asset.executable()` does on every entry);
-        # wrapped here only, and the cache key carries the coreai-core version.
-        asset._write_odix(tmp)
-        del asset
-        files = {rel: [size, mtime] for rel, size, mtime in _file_list(tmp)}
-        write_json_atomic(tmp / STAMP, {"key": key, "asset": str(bundle.asset_path.resolve()),
-                                        "coreai_core": _coreai_version(), "files": files})  # fmt: skip
-        _replace_dir(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        entry = staging.path / "entry"
+        entry.mkdir()
+        _lower_in_child(bundle.asset_path, entry)
+        files = {rel: [size, mtime] for rel, size, mtime in _file_list(entry)}
+        write_json_atomic(entry / STAMP, {"key": key, "asset": str(bundle.asset_path.resolve()),
+                                          "coreai_core": _coreai_version(), "files": files})  # fmt: skip
+        _replace_dir(entry, target)
+    finally:
+        staging.remove()
     return target, True
+
+
+# Run by `_lower_in_child` as `python -c`: only coreai is imported there (0.4 s).
+# `_write_odix` is private in coreai-core 1.0.0b3 (what `asset.executable()` does on every
+# entry); wrapped here only, and the cache key carries the coreai-core version.
+_LOWER = """
+import sys
+from pathlib import Path
+from coreai.authoring import AIModelAsset
+try:
+    asset = AIModelAsset.load(Path(sys.argv[1]))
+except RuntimeError as exc:
+    sys.stderr.write("ssmport-child: " + " ".join(str(exc).split()) + "\\n")
+    sys.exit(3)
+asset._write_odix(Path(sys.argv[2]))
+"""
+
+
+def _lower_in_child(asset: Path, out: Path) -> None:
+    """Lower `asset` into the existing folder `out` in a child process. A damaged asset the
+    runtime cannot parse aborts the process that reads it (SIGABRT, measured on truncated and
+    bit-flipped .mlirb files): here that is the child, reported in one line."""
+    proc = subprocess.run([sys.executable, "-c", _LOWER, os.fspath(asset), os.fspath(out)],
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, errors="replace")  # fmt: skip
+    if proc.returncode == 0:
+        return
+    lines = [ln.strip() for ln in proc.stderr.splitlines() if ln.strip()]
+    said = next((ln.removeprefix("ssmport-child: ") for ln in lines if ln.startswith("ssmport-child: ")), None)
+    errors = [ln for ln in lines if "error" in ln.lower()]
+    if said is None:
+        said = errors[0] if errors else (lines[-1] if lines else "no message")
+        if proc.returncode < 0:
+            said = f"the runtime crashed reading it ({signal.Signals(-proc.returncode).name}): {said}"
+    raise BundleError(f"{asset}: not a loadable Core AI asset ({said[:300]})")
+
+
+def _remove_stale_lowerings(folder: Path) -> None:
+    """Staging folders of lowerings whose process died (killed, crashed), and unmarked ones
+    an older ssmport left (a day old: never a lowering still running)."""
+    for d in stale_dirs(folder, ".lowering-*"):
+        shutil.rmtree(d, ignore_errors=True)
+    for d in folder.glob(".lowering-*"):
+        try:
+            old = not (d / OWNER_MARKER).exists() and time.time() - d.stat().st_mtime > 86400
+        except OSError:
+            continue
+        if old:
+            shutil.rmtree(d, ignore_errors=True)
 
 
 def _replace_dir(new: Path, target: Path) -> None:

@@ -8,14 +8,13 @@ safetensors (the states and the token list) with a JSON header in its metadata.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from ssmport.errors import SsmportError
+from ssmport.files import write_output
 from ssmport.manifest import Manifest, StateEntry
 from ssmport.state import KV
 
@@ -75,19 +74,7 @@ class StateSnapshot:
                   "architecture": self.architecture, "token_count": len(self.tokens),
                   "state_order": list(self.states)}  # fmt: skip
         data = save(tensors, metadata={"ssmport": json.dumps(header)})
-        if not path.parent.is_dir():
-            raise SsmportError(f"{path.parent}: no such directory")
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(data)
-            os.replace(tmp, path)
-        except OSError as exc:
-            Path(tmp).unlink(missing_ok=True)
-            raise SsmportError(f"{path}: cannot write the state snapshot ({exc.strerror})") from None
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_output(path, lambda f: f.write(data), what="state snapshot")
         return path
 
     @classmethod
@@ -97,22 +84,25 @@ class StateSnapshot:
 
         path = Path(path)
         try:
+            if path.exists() and not path.is_dir() and not path.is_file():  # /dev/zero would be read forever
+                raise SsmportError(f"{path}: not a regular file (a state snapshot is a .safetensors file)")
             data = path.read_bytes()
         except OSError as exc:
             raise SsmportError(f"{path}: cannot read ({exc.strerror})") from None
         try:
             tensors = load(data)
             header = json.loads(_safetensors_metadata(data)["ssmport"])
-            if header.get("format") != SNAPSHOT_FORMAT:
+            if not isinstance(header, dict) or header.get("format") != SNAPSHOT_FORMAT:
                 raise ValueError("not an ssmport state snapshot")
             if header.get("version") != SNAPSHOT_VERSION:
-                raise ValueError(f"snapshot version {header.get('version')} is not supported")
+                raise ValueError(f"it is format version {header.get('version')!r}; this ssmport reads version "
+                                 f"{SNAPSHOT_VERSION} only")  # fmt: skip
             states = {n: tensors[_STATE_PREFIX + n] for n in header["state_order"]}
             tokens = tuple(int(t) for t in tensors[_TOKENS_KEY])
             if len(tokens) != header["token_count"]:
                 raise ValueError("token count does not match its header")
             return cls(header["bundle_id"], header["architecture"], states, tokens)
-        except (SafetensorError, ValueError, KeyError, TypeError) as exc:
+        except (SafetensorError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise SsmportError(f"{path}: not a valid ssmport state snapshot ({exc})") from None
 
 

@@ -39,6 +39,14 @@ def trie_regex(tokens: Iterable[bytes], atom: Atom) -> str:
     def node(lo: int, hi: int, depth: int) -> None:
         # toks[lo:hi] share the prefix toks[lo][:depth], already matched; emit the rest.
         while True:
+            if len(toks[lo]) > depth:
+                # A run of bytes all of toks[lo:hi] share is a plain chain: emitted at once, not
+                # byte by byte (each step slices a prefix, so one long token was quadratic).
+                # A lone token's last byte is a leaf, which the steps below spell.
+                end = len(toks[lo]) - 1 if hi - lo == 1 else _common_prefix(toks[lo], toks[hi - 1], depth)
+                if end > depth:
+                    out.extend(atom(b, False) for b in toks[lo][depth:end])
+                    depth = end
             terminal = len(toks[lo]) == depth  # sorted: the prefix itself comes first
             start = lo + 1 if terminal else lo
             branches: list[tuple[int, int, int, int]] = []  # (-size, byte, lo, hi)
@@ -77,3 +85,16 @@ def trie_regex(tokens: Iterable[bytes], atom: Atom) -> str:
     if toks:
         node(0, len(toks), 0)
     return "".join(out)
+
+
+def _common_prefix(a: bytes, b: bytes, start: int) -> int:
+    """Length of the common prefix of `a` and `b`, known to be at least `start`: a binary
+    search over slice comparisons (done in C), O(n log n) in the worst case, not O(n^2)."""
+    lo, hi = start, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[lo:mid] == b[lo:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo

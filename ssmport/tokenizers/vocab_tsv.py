@@ -10,14 +10,15 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from ssmport.files import write_output
+
 from .corpus import verification_corpus
 from .vocab_files import VocabError, parse_vocab_tsv, vocab_tsv_bytes
-from .world import WorldTokenizer
+from .world import TokenizerError, WorldTokenizer
 
 
 class VocabVerificationError(VocabError):
@@ -50,19 +51,12 @@ def export_vocab_tsv(tokenizer_or_vocab_path: WorldTokenizer | str | Path, out_p
     )
     out_path = Path(out_path)
     data = vocab_tsv_bytes(source.id_to_bytes)
-    tmp = out_path.with_name(f".{out_path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
-    try:
-        # O_EXCL: never clobber someone else's file; mode 0o666 & ~umask like a normal write.
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        info = _verify(tmp, source, display=out_path, corpus=None)
-        os.replace(tmp, out_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    verified: list[VocabExportInfo] = []
+    # Written and fsynced to a temp file, re-read and verified there, then renamed over
+    # out_path (or streamed to it, for a device or a pipe): out_path never holds a bad file.
+    write_output(out_path, lambda f: f.write(data),
+                 verify=lambda tmp: verified.append(_verify(tmp, source, display=out_path, corpus=None)))  # fmt: skip
+    info = verified[0]
     _fsync_dir(out_path.parent)
     return VocabExportInfo(path=out_path, sha256=info.sha256, entries=info.entries, size_bytes=info.size_bytes)
 
@@ -124,7 +118,11 @@ def _verify(
 
     rebuilt = WorldTokenizer(table, source=display)
     for sample in verification_corpus(expected) if corpus is None else corpus:
-        if rebuilt.encode(sample) != source.encode(sample):
+        try:
+            expected_ids = source.encode(sample)
+        except TokenizerError as exc:  # a vocab without every single byte cannot encode arbitrary text
+            raise fail(f"the vocab cannot encode the verification text ({exc}); a World vocab holds all 256 single bytes") from None
+        if rebuilt.encode(sample) != expected_ids:
             raise fail(f"encodes {sample[:40]!r}... differently from the source tokenizer")
 
     return VocabExportInfo(

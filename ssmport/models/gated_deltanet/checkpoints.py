@@ -7,7 +7,7 @@ from typing import Any
 
 from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig, from_fla
-from ssmport.models.loading import as_f32, check_layer_count, head_name
+from ssmport.models.loading import ConfigReader, as_f32, check_layer_count, head_name
 
 
 def layer(i: int) -> str:
@@ -41,7 +41,8 @@ def load_fla(cj: Mapping[str, Any], source: TensorSource) -> tuple[GatedDeltaNet
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
     shapes = canonical_shapes(cfg)
-    head = head_name(bool(cj.get("tie_word_embeddings", False)), source, "lm_head.weight", emb)
+    tied = ConfigReader(cj, source.origin, "Gated DeltaNet").bool("tie_word_embeddings", False)
+    head = head_name(tied, source, "lm_head.weight", emb)
     expected = {n: s for n, s in shapes.items() if not (head == emb and n == "lm_head.weight")}
     # fla from 2024-12-20 to 2025-03-12 saved a per-head `attn.D` it never used (fla #226).
     unused = {f"{layer(i)}attn.D": (cfg.num_v_heads,) for i in range(cfg.num_layers)}

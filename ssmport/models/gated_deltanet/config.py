@@ -103,15 +103,15 @@ def from_fla(cj: Mapping[str, Any], origin: str, embedding_rows: int | None, con
     width, head_dim, heads = r.int("hidden_size"), r.int("head_dim"), r.int("num_heads")
     v_heads = r.int("num_v_heads") if r.raw("num_v_heads") is not None else heads
     expand_v = r.float("expand_v", positive=True)
-    head_v_dim = int(head_dim * expand_v)
-    if not math.isclose(head_dim * expand_v, head_v_dim, rel_tol=1e-5):
+    if not math.isclose(head_dim * expand_v, round(head_dim * expand_v), rel_tol=1e-5):
         raise CheckpointError(f"{origin}: expand_v={expand_v} gives a fractional value head size")
+    head_v_dim = r.size("head_dim*expand_v", round(head_dim * expand_v))
     ffn = r.int("intermediate_size") if r.raw("intermediate_size") is not None else \
-        fla_mlp_size(width, r.float("hidden_ratio", positive=True))
+        r.size("hidden_size*hidden_ratio", fla_mlp_size(width, r.float("hidden_ratio", positive=True)))
     vocab = r.int("vocab_size") if "vocab_size" in cj else (embedding_rows or FLA_DEFAULTS["vocab_size"])
     return GatedDeltaNetConfig(
         vocab_size=vocab, hidden_size=width, num_layers=r.layers("num_hidden_layers"), num_heads=heads,
         head_dim=head_dim, num_v_heads=v_heads, head_v_dim=head_v_dim, intermediate_size=ffn,
-        conv_size=r.int("conv_size"), conv_bias=conv_bias, use_gate=bool(r.raw("use_gate")),
-        allow_neg_eigval=bool(r.raw("allow_neg_eigval")), norm_eps=r.float("norm_eps", positive=True),
+        conv_size=r.int("conv_size"), conv_bias=conv_bias, use_gate=r.bool("use_gate"),
+        allow_neg_eigval=r.bool("allow_neg_eigval"), norm_eps=r.float("norm_eps", positive=True),
     )  # fmt: skip

@@ -8,11 +8,11 @@ from typing import Any
 
 import torch
 
+from ssmport.apple.graph import StatePart, StateSplit
 from ssmport.checkpoint import TensorSource
 from ssmport.models.mamba2 import block, checkpoints, quant, synthetic
 from ssmport.models.mamba2.config import PRESETS, Mamba2Config, is_mamba_ssm
 from ssmport.models.mamba2.reference import Mamba2Reference
-from ssmport.apple.graph import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.state import StateSpec
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import as_f32, check_layer_count, conv_f32, head_name, native_conv_shapes
+from ssmport.models.loading import ConfigReader, as_f32, check_layer_count, conv_f32, head_name, native_conv_shapes
 from ssmport.models.mamba2.config import Mamba2Config, MixerSpec, from_mamba_ssm, from_transformers, is_mamba_ssm
 
 
@@ -44,12 +44,13 @@ def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Mamba2Config, Ten
     # mamba_ssm and older conversions name the table "embedding"; transformers "embeddings".
     embedding = next((n for n in ("backbone.embeddings.weight", "backbone.embedding.weight") if n in source),
                      "backbone.embeddings.weight")  # fmt: skip
+    flags = ConfigReader(cj, source.origin, "Mamba-2")
     if is_mamba_ssm(cj):
         if embedding not in source:
             raise CheckpointError(f"{source.origin}: not a mamba_ssm Mamba-2 checkpoint (no {embedding})")
-        cfg, tied, layout = from_mamba_ssm(cj, source.origin, source.shape(embedding)[0]), bool(cj.get("tie_embeddings", True)), "mamba_ssm layout"
+        cfg, tied, layout = from_mamba_ssm(cj, source.origin, source.shape(embedding)[0]), flags.bool("tie_embeddings", True), "mamba_ssm layout"
     else:
-        cfg, tied, layout = from_transformers(cj, source.origin), bool(cj.get("tie_word_embeddings", False)), "transformers layout"
+        cfg, tied, layout = from_transformers(cj, source.origin), flags.bool("tie_word_embeddings", False), "transformers layout"
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "backbone.layers.", source.origin)
     canonical = canonical_shapes(cfg)

@@ -145,14 +145,15 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> Mamba2Config:
     hidden, heads, head_dim = r.int("hidden_size", 4096), r.int("num_heads", 128), r.int("head_dim", 64)
     expand = r.float("expand", 2, positive=True)
     if hidden * expand != heads * head_dim:
-        raise CheckpointError(f"{origin}: hidden_size*expand ({hidden}*{expand:g}) != num_heads*head_dim ({heads}*{head_dim})")
+        raise CheckpointError(f"{origin}: config.json hidden_size x expand ({hidden} x {expand:g} = {hidden * expand:g}) must "
+                              f"equal num_heads x head_dim ({heads} x {head_dim} = {heads * head_dim}): the SSM's inner width")  # fmt: skip
     lo, hi = dt_limit(r, "time_step_limit")
     return Mamba2Config(
         vocab_size=r.int("vocab_size", 32768), hidden_size=hidden, num_layers=r.layers("num_hidden_layers", 64),
         num_heads=heads, head_dim=head_dim, state_size=r.int("state_size", 128), n_groups=r.int("n_groups", 8),
-        conv_kernel=r.int("conv_kernel", 4), use_conv_bias=bool(cj.get("use_conv_bias", True)),
-        use_bias=bool(cj.get("use_bias", False)), norm_eps=r.float("layer_norm_epsilon", 1e-5, positive=True),
-        residual_in_fp32=bool(cj.get("residual_in_fp32", True)), dt_min=lo, dt_max=hi,
+        conv_kernel=r.int("conv_kernel", 4), use_conv_bias=r.bool("use_conv_bias", True),
+        use_bias=r.bool("use_bias", False), norm_eps=r.float("layer_norm_epsilon", 1e-5, positive=True),
+        residual_in_fp32=r.bool("residual_in_fp32", True), dt_min=lo, dt_max=hi,
     )  # fmt: skip
 
 
@@ -174,14 +175,14 @@ def from_mamba_ssm(cj: Mapping[str, Any], origin: str, vocab_rows: int) -> Mamba
               "ssm_cfg.D_has_hdim=true": bool(s.get("D_has_hdim", False)),
               "ssm_cfg.d_ssm (a partial SSM)": s.get("d_ssm") is not None})  # fmt: skip
     width, head_dim = r.int("d_model"), ssm.int("headdim", 64)
-    inner = int(ssm.float("expand", 2, positive=True) * width)
+    inner = ssm.size("d_model*expand", ssm.float("expand", 2, positive=True) * width)
     if inner % head_dim:
         raise CheckpointError(f"{origin}: d_inner {inner} is not a multiple of headdim {head_dim}")
     lo, hi = dt_limit(ssm, "dt_limit")
     return Mamba2Config(
         vocab_size=vocab_rows, hidden_size=width, num_layers=r.layers("n_layer"), num_heads=inner // head_dim,
         head_dim=head_dim, state_size=ssm.int("d_state", 128), n_groups=ssm.int("ngroups", 1),
-        conv_kernel=ssm.int("d_conv", 4), use_conv_bias=bool(s.get("conv_bias", True)), use_bias=bool(s.get("bias", False)),
-        norm_eps=r.float("norm_epsilon", 1e-5, positive=True), residual_in_fp32=bool(cj.get("residual_in_fp32", True)),
+        conv_kernel=ssm.int("d_conv", 4), use_conv_bias=ssm.bool("conv_bias", True), use_bias=ssm.bool("bias", False),
+        norm_eps=r.float("norm_epsilon", 1e-5, positive=True), residual_in_fp32=r.bool("residual_in_fp32", True),
         dt_min=lo, dt_max=hi,
     )  # fmt: skip

@@ -61,8 +61,12 @@ def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
     layers = 1 + max(int(i) for i in indices if i.isdigit())
     if layers > MAX_LAYERS:
         raise CheckpointError(f"{source.origin}: tensor names reach block {layers - 1}, beyond {MAX_LAYERS} layers")
-    vocab, width = source.shape("emb.weight")
-    heads, head_size = source.shape("blocks.0.att.r_k")
+    emb, r_k = source.shape("emb.weight"), source.shape("blocks.0.att.r_k")
+    if len(emb) != 2 or len(r_k) != 2 or 0 in emb + r_k:  # every size below is read from these two
+        raise CheckpointError(f"{source.origin}: emb.weight {list(emb)} and blocks.0.att.r_k {list(r_k)} are not "
+                              "an RWKV-7 model's [vocab, width] and [heads, head size]")  # fmt: skip
+    vocab, width = emb
+    heads, head_size = r_k
     v1 = next((f"blocks.{i}.att.v1" for i in (*range(1, layers), 0) if f"blocks.{i}.att.v1" in source), None)
     cfg = RWKV7Config(
         vocab_size=vocab, hidden_size=width, num_layers=layers, head_size=head_size,
@@ -141,17 +145,20 @@ def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config
     check_layer_count(layers, source, "model.layers.", source.origin)
     if cj.get("head_dim") is None and not cj.get("num_heads"):
         raise CheckpointError(f"{source.origin}: config.json sets neither head_dim nor num_heads")
-    head_dim = r.int("head_dim") if cj.get("head_dim") is not None else width // r.int("num_heads")
+    head_dim = r.int("head_dim") if cj.get("head_dim") is not None else r.size("hidden_size/num_heads", width / r.int("num_heads"))
     value_dim = cj.get("value_dim")
     if isinstance(value_dim, list):
-        if len(set(value_dim)) > 1:
+        if len(set(map(repr, value_dim))) > 1:
             raise r.unsupported("per-layer value_dim (the stacked recState needs one value size)")
         value_dim = value_dim[0] if value_dim else None
-    value_dim = int(value_dim or width)
+    value_dim = width if value_dim is None else r.size("value_dim", value_dim)
     heads = width // head_dim
+    if width % head_dim or value_dim % max(heads, 1):
+        raise CheckpointError(f"{source.origin}: config.json hidden_size={width} and value_dim={value_dim} do not "
+                              f"divide into heads of head_dim={head_dim}")  # fmt: skip
     # fla: hidden_size * hidden_ratio, rounded up to a multiple of 32
     ffn = r.int("intermediate_size") if cj.get("intermediate_size") is not None else \
-        32 * ((int(width * r.float("hidden_ratio", 4, positive=True)) + 31) // 32)
+        r.size("hidden_size*hidden_ratio", 32 * ((int(width * r.float("hidden_ratio", 4, positive=True)) + 31) // 32))
 
     def lora(key: str, weight: str) -> int:
         if cj.get(key) is not None:
@@ -167,14 +174,14 @@ def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config
         gate_lora=lora("gate_low_rank_dim", "model.layers.0.attn.g_lora.lora.0.weight"),
         value_head_size=None if value_dim == width else value_dim // heads,
         ln_x_eps=head_dim * norm_eps,  # fla: GroupNorm eps = head_dim * norm_eps
-        norm_eps=norm_eps, has_ln0=bool(cj.get("norm_first", True)),
+        norm_eps=norm_eps, has_ln0=r.bool("norm_first", True),
     )  # fmt: skip
 
 
 def load_fla(config_json: Mapping[str, Any], source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
     cfg = _config_from_fla(config_json, source)
     cfg.validate()
-    tied = bool(config_json.get("tie_word_embeddings", False))
+    tied = ConfigReader(config_json, source.origin, "RWKV-7").bool("tie_word_embeddings", False)
     canonical = canonical_shapes(cfg)
     names = _fla_names(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"),
                        stacked_mixes="model.layers.0.attn.x_x" in source)  # fmt: skip
