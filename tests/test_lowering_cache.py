@@ -88,3 +88,25 @@ def test_unchanged_asset_is_hashed_once(lowered, monkeypatch):
     asset_sha256(bundle.asset_path)
     # Only the memo's file name is hashed; the asset's bytes are not read again.
     assert len(calls) == 1 and calls[0] and len(calls[0][0]) < 4096
+
+
+def test_a_complete_entry_written_meanwhile_is_kept(lowered, monkeypatch):
+    """Two processes lowering one asset at once: the second to finish keeps the first's entry,
+    which the first may be loading already (replacing it failed that load: test_clean_exit)."""
+    from ssmport.runtime import lowering
+
+    bundle, entry, logits = lowered
+    before = os.stat(entry / STAMP).st_ino
+    real, calls = lowering.cached_lowering_ok, []
+
+    def not_yet_then_real(target, key):  # the first check runs before the other process is done
+        calls.append(target)
+        return False if len(calls) == 1 else real(target, key)
+
+    monkeypatch.setattr(lowering, "cached_lowering_ok", not_yet_then_real)
+    path, now = lowering.ensure_lowered(bundle)
+    assert now and path == entry and len(calls) == 2
+    assert os.stat(entry / STAMP).st_ino == before  # the entry in place was not replaced
+    assert not list(entry.parent.glob(".lowering-*"))  # and our own copy is gone
+    monkeypatch.setattr(lowering, "cached_lowering_ok", real)
+    assert np.array_equal(_load(bundle.path)[1], logits)

@@ -121,7 +121,7 @@ def test_misshaped_and_untied_missing_head(tmp_path):
     [
         ({"norm_before_gate": True}, "norm_before_gate"),
         ({"hidden_act": "gelu"}, "hidden_act"),
-        ({"expand": 3}, "hidden_size\\*expand"),
+        ({"expand": 3}, "hidden_size x expand .* must equal num_heads x head_dim"),
         ({"n_groups": 3}, "do not divide"),
     ],
 )

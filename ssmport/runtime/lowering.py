@@ -187,7 +187,10 @@ def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
         files = {rel: [size, mtime] for rel, size, mtime in _file_list(entry)}
         write_json_atomic(entry / STAMP, {"key": key, "asset": str(bundle.asset_path.resolve()),
                                           "coreai_core": _coreai_version(), "files": files})  # fmt: skip
-        _replace_dir(entry, target)
+        # A process that lowered the same asset meanwhile may be loading its entry already:
+        # a complete one is kept (replacing it would pull the files from under that load).
+        if rebuild or not cached_lowering_ok(target, key):
+            _replace_dir(entry, target)
     finally:
         staging.remove()
     return target, True
