@@ -509,7 +509,8 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     lines = {"coreai": {"ms_per_token": (first["decode_ms_per_token"] + again) / 2, "first_pass_ms": first["decode_ms_per_token"],
                         "last_pass_ms": again, "samples": 2 * steps}} | lines  # fmt: skip
     cfg = bundle.manifest.config
-    keys = ("load_s_first", "load_s_cached", "prefill_tokens_per_s", "state_bytes", "asset_bytes", "weight_bytes_per_token")
+    keys = ("load_s_first", "load_s_cached", "prefill_tokens_per_s", "state_bytes", "asset_bytes", "weight_bytes_per_token",
+            "ops_per_decode_call", "ops_per_prefill_chunk")  # fmt: skip
     return {
         "bundle": bundle.path.name,
         "architecture": arch,
@@ -623,8 +624,8 @@ def missing_word(record: dict) -> str:
 
 def table(results: dict) -> str:
     rows = ["| model | ssmport Core AI | torch eager 1 thread | torch eager default | peer 1 thread | peer default "
-            "| mlx-lm 1 CPU | mlx-lm default | roofline | % of roofline | effective GB/s |",
-            "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+            "| mlx-lm 1 CPU | mlx-lm default | roofline | % of roofline | effective GB/s | runtime ops per decode call |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, m in results["models"].items():
 
         def cell(k: str) -> str:
@@ -636,7 +637,7 @@ def table(results: dict) -> str:
             f"| {name} | {cell('coreai')} | {cell('torch_eager_1thread')} | {cell('torch_eager_default')} "
             f"| {cell('peer_1thread')} | {cell('peer_default')} | {cell('mlx_lm_1thread')} | {cell('mlx_lm_default')} "
             f"| {m['roofline_ms_per_token']:.1f} "
-            f"| {100 * m['roofline_fraction']:.0f}% | {m['effective_gb_per_s']:.1f} |"
+            f"| {100 * m['roofline_fraction']:.0f}% | {m['effective_gb_per_s']:.1f} | {m.get('ops_per_decode_call', 'n/a')} |"
         )
     return "\n".join(rows)
 
