@@ -17,6 +17,7 @@ import json
 from dataclasses import replace
 
 import numpy as np
+import torch
 import pytest
 
 from ssmport.apple import PipelinedEngine, SequentialEngine
@@ -149,3 +150,20 @@ def test_apples_engines_generate_what_the_runner_generates(hybrid_bundle):
         sequential = SequentialEngine(describe(Bundle.open(result.path)), runner, revision=PREFILL_GRAPH,
                                       chunk_threshold=8)  # fmt: skip
         _conversation(sequential, runner, 12)
+
+
+def test_a_dynamic_position_axis_needs_its_max_context():
+    from ssmport.errors import BundleError
+    from ssmport.manifest import StateEntry
+    from ssmport.state import KV, StateSpec
+
+    entry = {"name": "keyCache", "shape": [2, 1, 2, -1, 16], "dtype": "float32", "kind": "kv"}
+    assert StateEntry.from_json(entry | {"max_context": 64}, "m").full_shape == (2, 1, 2, 64, 16)
+    for bad in (entry, entry | {"max_context": 0}, entry | {"shape": [2, 1, 2, 8, 16], "max_context": 64}):
+        with pytest.raises(BundleError, match="max_context"):
+            StateEntry.from_json(bad, "m")
+    assert StateSpec("k", (2, 1, 2, -1, 16), torch.float32, "", KV, max_context=64).zeros().shape == (2, 1, 2, 64, 16)
+    with pytest.raises(ValueError, match="max_context"):
+        StateSpec("k", (2, 1, 2, -1, 16), torch.float32, "", KV)
+    with pytest.raises(ValueError, match="dynamic"):
+        StateSpec("c", (2, -1, 4), torch.float32, "", max_context=64)
