@@ -193,7 +193,7 @@ def _build_bundle(
         synthetic_weights=model.synthetic,
         recipe=RecipeEntry(recipe.name, recipe.description, dtype_name(state_dtype)),
         main=_function_entry(signature),
-        states=tuple(StateEntry(s.name, s.shape, s.dtype, spec.layout, spec.kind)
+        states=tuple(StateEntry(s.name, s.shape, s.dtype, spec.layout, spec.kind, spec.max_context)
                      for s, spec in zip(signature.states, specs)),  # fmt: skip
         prefill=_prefill_entry(converted),
         plan={"summary": summarize_plan(plan), "tensors": plan},
@@ -301,7 +301,7 @@ def convert(
                 signatures[name] = read_signature(program, name)
                 check_contract(signatures[name], inputs, outputs, specs)
     prefill_sig = signatures.get(PREFILL_FUNCTION)
-    chunk = None if prefill_sig is None else (_apple_rows(arch) if layout == "apple" else prefill_chunk)
+    chunk = None if prefill_sig is None else (_apple_rows(arch, specs) if layout == "apple" else prefill_chunk)
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout)
 
 
@@ -317,10 +317,10 @@ def _apple_functions(arch, cfg, decode, with_prefill: bool, main_form: str) -> t
     return functions, list(main.specs)
 
 
-def _apple_rows(arch) -> int:
+def _apple_rows(arch, specs) -> int:
     from ssmport.apple.export import max_rows
 
-    return max_rows(arch)
+    return max_rows(arch, specs)
 
 
 # While building, a checkpoint's memory-mapped pages are let go of every this many elements

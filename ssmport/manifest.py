@@ -49,6 +49,9 @@ class TensorEntry:
 class StateEntry(TensorEntry):
     layout: str = ""
     kind: str = "fixed"  # "fixed": recurrent, any length; "kv": positional, [L, 1, heads, context, head_dim]
+    # a kv state whose position axis is dynamic (DYNAMIC_DIM: the caller sizes the buffer, as
+    # Apple's engines grow theirs; the apple layout of hybrids): the most positions it may hold
+    max_context: int | None = None
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> StateEntry:
@@ -57,10 +60,33 @@ class StateEntry(TensorEntry):
         kind = r.str("kind", "fixed")
         if kind not in ("fixed", "kv"):
             raise BundleError(f"{where}: state {base.name} has unknown kind {kind!r}")
-        return cls(base.name, base.shape, base.dtype, r.str("layout", ""), kind)
+        max_context = r.optional_int("max_context")
+        dynamic = kind == "kv" and len(base.shape) == 5 and base.shape[3] == DYNAMIC_DIM
+        if dynamic != (max_context is not None) or (max_context is not None and max_context < 1):
+            raise BundleError(f"{where}: state {base.name}: a kv state with a dynamic position axis needs a "
+                              "positive max_context, and only such a state has one")  # fmt: skip
+        return cls(base.name, base.shape, base.dtype, r.str("layout", ""), kind, max_context)
 
     def to_json(self) -> dict:
-        return super().to_json() | {"layout": self.layout, "kind": self.kind}
+        extra = {} if self.max_context is None else {"max_context": self.max_context}
+        return super().to_json() | {"layout": self.layout, "kind": self.kind} | extra
+
+    @property
+    def context(self) -> int | None:
+        """The positions a kv state holds (None for a fixed state)."""
+        if self.kind != "kv":
+            return None
+        return self.max_context if self.shape[3] == DYNAMIC_DIM else self.shape[3]
+
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        """The shape of a buffer that holds the whole context (a fixed state's own)."""
+        return self.shape if self.kind != "kv" else with_positions(self.shape, self.context)
+
+
+def with_positions(kv_shape: tuple[int, ...], positions: int) -> tuple[int, ...]:
+    """A kv state's shape [L, 1, heads, positions, head_dim] at `positions` positions."""
+    return (*kv_shape[:3], positions, *kv_shape[4:])
 
 
 @dataclass(frozen=True)
@@ -192,12 +218,12 @@ class Manifest:
     @property
     def context(self) -> int | None:
         """The positions the kv states hold (None: no kv state, any length)."""
-        return min((s.shape[3] for s in self.kv_states), default=None)
+        return min((s.context for s in self.kv_states), default=None)
 
     @property
     def kv_bytes_per_token(self) -> int:
         """Bytes the kv states hold per position of context (0 without kv states)."""
-        return sum(math.prod(s.shape) // s.shape[3] * _ITEMSIZE[s.dtype] for s in self.kv_states)
+        return sum(math.prod(with_positions(s.shape, 1)) * _ITEMSIZE[s.dtype] for s in self.kv_states)
 
     @property
     def fixed_state_bytes(self) -> int:
@@ -318,6 +344,9 @@ class _Reader:
 
     def optional_dict(self, key: str) -> dict | None:
         return self._get(key, (dict, type(None)), None)
+
+    def optional_int(self, key: str) -> int | None:
+        return self._get(key, (int, type(None)), None)
 
     def shape(self, key: str) -> tuple[int, ...]:
         value = self._get(key, (list,))

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ssmport.errors import SsmportError
+from ssmport.manifest import DYNAMIC_DIM, with_positions
 
 FIXED, KV = "fixed", "kv"
 
@@ -46,17 +47,35 @@ class StateSpec:
     dtype: torch.dtype
     layout: str  # human-readable axis legend, e.g. "[layer, batch, head, key, value]"
     kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache)
+    # A kv state whose position axis is dynamic (DYNAMIC_DIM: each caller sizes the buffer, as
+    # Apple's engines grow their KV caches): the most positions it may hold.
+    max_context: int | None = None
 
     def __post_init__(self):
         if self.kind not in (FIXED, KV):
             raise ValueError(f"state {self.name}: kind must be {FIXED!r} or {KV!r}, not {self.kind!r}")
         if self.kind == KV and len(self.shape) != 5:
             raise ValueError(f"kv state {self.name} must be [layers, 1, heads, context, head_dim], got {self.shape}")
+        dynamic = [i for i, d in enumerate(self.shape) if d == DYNAMIC_DIM]
+        if dynamic not in ([], [3]) or (dynamic and self.kind != KV) or bool(dynamic) != (self.max_context is not None):
+            raise ValueError(f"state {self.name}: only a kv state's position axis may be dynamic, with a max_context")
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the position axis is dynamic (the caller sizes it, up to max_context)."""
+        return self.max_context is not None
 
     @property
     def context(self) -> int | None:
         """The positions a kv state holds (None for a fixed state)."""
-        return self.shape[3] if self.kind == KV else None
+        if self.kind != KV:
+            return None
+        return self.max_context if self.dynamic else self.shape[3]
+
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        """The shape of a buffer holding the whole context (a fixed state's own shape)."""
+        return with_positions(self.shape, self.context) if self.dynamic else self.shape
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -64,11 +83,11 @@ class StateSpec:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape)) * self.numpy_dtype.itemsize
+        return int(np.prod(self.full_shape)) * self.numpy_dtype.itemsize
 
     def zeros(self) -> np.ndarray:
         """A zero-filled host buffer (the Linux runtime does not zero states for us)."""
-        return np.zeros(self.shape, dtype=self.numpy_dtype)
+        return np.zeros(self.full_shape, dtype=self.numpy_dtype)
 
     def to_json(self) -> dict:
         return {
@@ -77,7 +96,7 @@ class StateSpec:
             "dtype": dtype_name(self.dtype),
             "layout": self.layout,
             "kind": self.kind,
-        }
+        } | ({} if self.max_context is None else {"max_context": self.max_context})
 
 
 def check_room(held: int, new: int, context: int | None) -> None:

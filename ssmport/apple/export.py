@@ -19,10 +19,14 @@ from ssmport.state import KV
 # (ModelConfig.swift:131-143@86b363d); an architecture may allow fewer (max_prefill_chunk).
 MAX_ROWS = 512
 MAX_POSITIONS = 1 << 17  # the longest history `position_ids` may carry into a recurrent model
+TRACE_POSITIONS = 16  # a growing KV cache's positions in the tracing example (more than its P)
 
 
-def max_rows(arch) -> int:
-    return min(MAX_ROWS, arch.max_prefill_chunk or MAX_ROWS)
+def max_rows(arch, specs) -> int:
+    """The most tokens one call may carry: Apple's bound, the architecture's, and a KV cache's
+    context (`specs`: the native states)."""
+    context = min((s.context for s in specs if s.context is not None), default=MAX_ROWS)
+    return min(MAX_ROWS, arch.max_prefill_chunk or MAX_ROWS, context)
 
 
 def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DECODE_MAIN) -> tuple[AppleLM, AppleLM | None]:
@@ -33,20 +37,25 @@ def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DEC
     splits = arch.apple_state_splits(config)
     if splits is None:
         raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")
-    rows = max_rows(arch)
+    rows = max_rows(arch, decode.specs)
     main = AppleLM(decode, splits, True, rows, one_token=main_form == DECODE_MAIN).eval()
     return main, (AppleLM(decode, splits, False, rows).eval() if with_prefill else None)
 
 
-def example_and_shapes(module: AppleLM) -> tuple[tuple[torch.Tensor, ...], tuple]:
+def example_and_shapes(module: AppleLM) -> tuple[tuple, tuple]:
     """Tracing inputs and torch.export's dynamic shapes: P dynamic, and T unless the module takes
-    one token (traced at T=5, P=9: sizes 0 and 1 would be specialised)."""
-    P = torch.export.Dim("P", min=1, max=MAX_POSITIONS)
+    one token (traced at T=5, P=9: sizes 0 and 1 would be specialised); the states, a growing
+    KV cache's positions S dynamic up to its context (traced at 16), P then bounded by S."""
+    context = min((s.max_context for s in module.specs if s.dynamic), default=None)
+    P = torch.export.Dim("P", min=1, max=context or MAX_POSITIONS)
+    S = torch.export.Dim("S", min=2, max=context) if context else None
     positions = torch.zeros(1, 9, dtype=torch.int32)
+    states = module.example_states(TRACE_POSITIONS)
+    state_shapes = tuple({3: S} if s.dynamic else None for s in module.specs)
     if module.one_token:
-        return (torch.zeros(1, 1, dtype=torch.int32), positions), (None, {1: P})
+        return (torch.zeros(1, 1, dtype=torch.int32), positions, states), (None, {1: P}, state_shapes)
     T = torch.export.Dim("T", min=1, max=module.max_rows)
-    return (torch.zeros(1, 5, dtype=torch.int32), positions), ({1: T}, {1: P})
+    return (torch.zeros(1, 5, dtype=torch.int32), positions, states), ({1: T}, {1: P}, state_shapes)
 
 
 def write_files(out: Path, manifest, model) -> None:
@@ -78,7 +87,7 @@ def write_files(out: Path, manifest, model) -> None:
     metadata = metadata_json(
         name=manifest.name,
         vocab_size=manifest.vocab_size,
-        max_context_length=min(s.shape[3] for s in kv) if kv else MAX_POSITIONS,
+        max_context_length=min(s.context for s in kv) if kv else MAX_POSITIONS,
         tokenizer=(model.provenance.get("hub") or {}).get("repo") or manifest.name,
         asset=manifest.asset.path,
         compression=manifest.recipe.name,

@@ -21,19 +21,28 @@ States: an architecture may split one of its native states into parts (`StateSpl
 pure-recurrent model has three states and Apple's 86b363d rule "exactly two states are a KV
 pair" cannot misread it. The graph reassembles each layer's native slice from the parts and
 writes each part once.
+
+The states are arguments of `forward` (mutated in place), not buffers, so that a KV cache's
+position axis can be dynamic, as in Apple's Qwen3.5 export: keyCache / valueCache
+[L_attn, 1, kv_heads, S?, head_dim], S sized by the caller (Apple's engines grow it; the
+engines' heuristic takes a state with a dynamic dimension for a KV cache, and a static one
+named "...Cache" for a sliding cache, which the pipelined engine refuses). A call writes its
+T new rows at positions P-T .. P-1 with one slice update and its attention reads the first P
+positions; the caller keeps S >= P (the Core AI runtime clamps a write past S silently).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch import nn
 
 from ssmport.graph import Step, _slots, _write
+from ssmport.manifest import DYNAMIC_DIM, with_positions
 from ssmport.ops.rows import read_layer
-from ssmport.state import StateSpec, register_states
+from ssmport.state import KV, StateSpec
 
 MAIN, PREFILL = "main", "prefill"
 DECODE_MAIN, CHUNK_MAIN = "decode", "chunk"
@@ -60,11 +69,17 @@ class StateSplit:
 
 
 def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> list[StateSpec]:
-    """The layout's states: each split native state replaced by its parts, in place."""
+    """The layout's states: each split native state replaced by its parts, in place; each kv
+    state with a dynamic position axis, up to the positions it held natively."""
     by_state = {s.state: s for s in splits}
     specs = []
     for spec in native:
         split = by_state.get(spec.name)
+        if spec.kind == KV:
+            if split is not None:
+                raise ValueError(f"kv state {spec.name} cannot be split")
+            specs.append(replace(spec, shape=with_positions(spec.shape, DYNAMIC_DIM), max_context=spec.context))
+            continue
         if split is None:
             specs.append(spec)
             continue
@@ -94,12 +109,16 @@ class AppleLM(nn.Module):
         self.native = tuple(decode.specs)
         self.splits = {s.state: s for s in splits}
         self.specs = tuple(apple_specs(self.native, splits))
-        register_states(self, list(self.specs))
+        self.dynamic = frozenset(s.name for s in self.specs if s.dynamic)  # the growing KV caches
         self.slots = _slots(self.layers, self.native)
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor):
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, states: tuple[torch.Tensor, ...]):
+        """`states`: one tensor per spec, in order, updated in place."""
         T, P = input_ids.shape[1], position_ids.shape[1]
         torch._check(P >= T)
+        bound = dict(zip((s.name for s in self.specs), states))
+        for name in self.dynamic:
+            torch._check(P <= bound[name].shape[3])
         positions = torch.arange(T, dtype=torch.int32) + (P - T)
         if self.one_token:
             step = Step(None, positions)
@@ -109,30 +128,50 @@ class AppleLM(nn.Module):
         x = self.embed(input_ids.view(T))
         values: dict[str, list] = {s.name: [] for s in self.native}
         for layer, slots in zip(self.layers, self.slots):
-            x, new = layer(x, {name: self._read(name, slot) for name, slot in slots.items()}, step)
+            x, new = layer(x, {name: self._read(bound, name, slot, P) for name, slot in slots.items()}, step)
             for name, value in new.items():
                 values[name].append(value)
         by_name = {s.name: s for s in self.specs}
         for spec in self.native:
             split = self.splits.get(spec.name)
-            if split is None:
-                _write(getattr(self, spec.name), spec, values[spec.name], step)
-                continue
-            for part, pieces in zip(split.parts, _split_values(values[spec.name], split)):
-                _write(getattr(self, part.name), by_name[part.name], pieces, step)
+            if by_name.get(spec.name, spec).dynamic:
+                _write_positions(bound[spec.name], [v.rows for v in values[spec.name]], P - T)
+            elif split is None:
+                _write(bound[spec.name], spec, values[spec.name], step)
+            else:
+                for part, pieces in zip(split.parts, _split_values(values[spec.name], split)):
+                    _write(bound[part.name], by_name[part.name], pieces, step)
         if not self.with_head:
             return ()
         return self.head(x).to(torch.float16).view(1, T, -1)
 
-    def _read(self, name: str, slot: int) -> torch.Tensor:
+    def _read(self, bound: dict, name: str, slot: int, positions) -> torch.Tensor:
         split = self.splits.get(name)
         if split is None:
-            return read_layer(getattr(self, name), slot)[0]
+            state = bound[name]
+            if name in self.dynamic:  # the first P positions of a growing KV cache
+                return state[slot, 0, :, :positions]
+            return read_layer(state, slot)[0]
         pieces = []
         for part in split.parts:
-            piece = read_layer(getattr(self, part.name), slot)[0]
+            piece = read_layer(bound[part.name], slot)[0]
             pieces.append(piece.unsqueeze(split.axis) if part.size == 1 else piece)
         return torch.cat(pieces, dim=split.axis)
+
+    def example_states(self, positions: int) -> tuple[torch.Tensor, ...]:
+        """Zero states to trace with, a dynamic position axis at `positions`."""
+        return tuple(torch.zeros(with_positions(s.shape, positions) if s.dynamic else s.shape, dtype=s.dtype)
+                     for s in self.specs)  # fmt: skip
+
+
+def _write_positions(cache: torch.Tensor, rows: list[torch.Tensor], start) -> None:
+    """Every layer's new rows [heads, T, d] into the cache [L, 1, heads, S?, d] at positions
+    start .. start+T-1, in one slice update (a scatter, `index_copy`, is refused by the
+    converter on a dynamic axis; the stack is a concat of the layers' few rows)."""
+    L, _, heads, _, d = cache.shape
+    T = rows[0].shape[1]
+    stacked = torch.stack(rows).view(L, 1, heads, T, d).to(cache.dtype)
+    cache[:, :, :, start : start + T] = stacked
 
 
 def _split_values(values: list, split: StateSplit) -> list[list]:

@@ -107,6 +107,9 @@ class HybridArchitecture(PackagedArchitecture):
     def state_specs(self, config, state_dtype: torch.dtype) -> list[StateSpec]:
         return state_specs(config, state_dtype)
 
+    def apple_state_splits(self, config) -> list:
+        return []  # already Apple's states (its KV caches get a dynamic position axis there)
+
     def with_context(self, config, context: int):
         check_context(context, config.max_position_embeddings)
         return replace(config, context=context)

@@ -83,6 +83,8 @@ def count_ops(bundle: Bundle) -> dict[str, OpCount]:
             runner.reset()
             first = len(log.calls)
             # apple layout: prefill takes all but the last token, so one more gives it a full chunk
-            runner.feed([1] * (runner.prefill_chunk + (runner.layout == "apple")))
+            # (within the context of a KV cache)
+            tokens = runner.prefill_chunk + (runner.layout == "apple")
+            runner.feed([1] * min(tokens, runner.context or tokens))
             counts["prefill"] = summarize(log.calls[first])
     return counts

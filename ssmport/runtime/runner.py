@@ -81,7 +81,7 @@ class Runner:
         main_rows = m.main.inputs[0].shape[1]
         self.main_rows = (self.prefill_chunk or DEFAULT_CHUNK) if main_rows == DYNAMIC_DIM else main_rows
         # The positions the bundle's kv states hold (None: no kv state, any length).
-        self.context: int | None = min((s.shape[3] for s in m.states if s.kind == KV), default=None)
+        self.context: int | None = m.context
         self._check_descriptor(self._fn, m.main)
         if prefill_entry:
             self._check_descriptor(self._prefill, prefill_entry)
@@ -119,14 +119,12 @@ class Runner:
         return list(self._fn.desc.state_names)
 
     def reset(self) -> None:
-        """Zero every state (the Linux runtime does not zero buffers for us)."""
+        """Zero every state (the Linux runtime does not zero buffers for us). A KV cache whose
+        positions are dynamic (the apple layout) is allocated for the whole context: the
+        runtime clamps a write past the buffer silently, and `check_room` keeps within it."""
         from coreai.runtime import NDArray
 
-        d = self._fn.desc
-        self._states = {}
-        for name in d.state_names:
-            desc = d.state_descriptor(name)
-            self._states[name] = np.zeros(desc.shape, dtype=np.dtype(desc.dtype))
+        self._states = {s.name: np.zeros(s.full_shape, dtype=np.dtype(s.dtype)) for s in self.bundle.manifest.states}
         # NDArray copies the array: the runtime updates its own buffers (read them via state()).
         self._bound = {name: NDArray(arr) for name, arr in self._states.items()}
         self.tokens = []
@@ -154,7 +152,7 @@ class Runner:
         for s in m.states:
             arrays[s.name] = np.ascontiguousarray(snap.states[s.name])
             if s.kind == KV:
-                full = np.zeros(s.shape, dtype=arrays[s.name].dtype)
+                full = np.zeros(s.full_shape, dtype=arrays[s.name].dtype)
                 full[:, :, :, : len(snap.tokens)] = arrays[s.name]
                 arrays[s.name] = full
         # NDArray copies the array it is given (and `.numpy()` returns a copy): bind new ones.

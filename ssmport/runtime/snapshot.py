@@ -15,7 +15,7 @@ import numpy as np
 
 from ssmport.errors import SsmportError
 from ssmport.files import write_output
-from ssmport.manifest import Manifest, StateEntry
+from ssmport.manifest import Manifest, StateEntry, with_positions
 from ssmport.state import KV
 
 SNAPSHOT_FORMAT = "ssmport-state"
@@ -29,9 +29,7 @@ def held_shape(entry: StateEntry, tokens: int) -> tuple[str, tuple[int, ...], st
     first `tokens` positions, a fixed state whole."""
     if entry.kind != KV:
         return entry.key
-    shape = list(entry.shape)
-    shape[3] = tokens
-    return entry.name, tuple(shape), entry.dtype
+    return entry.name, with_positions(entry.shape, tokens), entry.dtype
 
 
 @dataclass(frozen=True)

@@ -46,6 +46,9 @@ class _Qwen35(PackagedArchitecture):
     def with_context(self, config: Qwen35Config, context: int) -> Qwen35Config:
         return with_context(config, context)
 
+    def apple_state_splits(self, config: Qwen35Config) -> list:
+        return []  # already Apple's four states (its KV caches get a dynamic position axis there)
+
     def state_specs(self, config: Qwen35Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config
         kv = (c.attention_layers, 1, c.num_key_value_heads, c.context, c.head_dim)
