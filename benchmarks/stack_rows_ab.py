@@ -1,13 +1,13 @@
-"""`stack_rows` as a chain of scatters (the default) against one concat, per preset: runtime
+"""`stack_rows` as one concat (the default) against a chain of scatters, per preset: runtime
 kernels per decode call (what a GPU dispatches) and decode ms/token on this runtime.
 
 `ssmport.ops.rows.stack_rows` stacks each layer's small rows (the deferred update's vectors,
-conv windows, shift rows) into one [L, numel] tensor with L `index_copy` scatters, because a
-concat lowered 10-20x slower per byte on the Linux Core AI runtime. On a GPU each scatter is a
-dispatch; a concat is one. This script exports each preset twice (synthetic fp32, no prefill,
-no gate), the concat variant with `stack_rows` swapped for `torch.cat` in every module that
-uses it, and times the two bundles' decode alternately (--rounds passes of --steps tokens
-each), so machine load hits both alike.
+conv windows, shift rows) into one [L, numel] tensor with one concat. Until this measurement it
+was L `index_copy` scatters, because a concat lowered slower per byte on the Linux Core AI
+runtime; on a GPU each scatter is a dispatch, a concat one. This script exports each preset
+twice (synthetic fp32, no prefill, no gate), the scatter variant with `stack_rows` swapped for
+the chain in every module that uses it, and times the two bundles' decode alternately
+(--rounds passes of --steps tokens each), so machine load hits both alike.
 
     python benchmarks/stack_rows_ab.py mamba2-tiny gated-deltanet-tiny rwkv7-tiny [--rounds 4]
 """
@@ -32,18 +32,22 @@ from ssmport.runtime.op_count import count_ops
 USERS = ("ssmport.ops.rows", "ssmport.ops.deferred", "ssmport.graph", "ssmport.state")
 
 
-def stack_rows_cat(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    return torch.cat([p.reshape(1, -1).to(dtype) for p in pieces])
+def stack_rows_scatter(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The former stack_rows: L scatters into zeros, one per row."""
+    out = torch.zeros(len(pieces), pieces[0].numel(), dtype=dtype)
+    for i, piece in enumerate(pieces):
+        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(dtype))
+    return out
 
 
 @contextlib.contextmanager
-def concat_stacking():
+def scatter_stacking():
     import importlib
 
     modules = [importlib.import_module(m) for m in USERS]
     saved = [m.stack_rows for m in modules]
     for m in modules:
-        m.stack_rows = stack_rows_cat
+        m.stack_rows = stack_rows_scatter
     try:
         yield
     finally:
@@ -62,7 +66,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as work:
         for preset in a.presets:
             bundles = {}
-            for variant, ctx in (("scatter", contextlib.nullcontext()), ("concat", concat_stacking())):
+            for variant, ctx in (("scatter", scatter_stacking()), ("concat", contextlib.nullcontext())):
                 with ctx:
                     r = export(preset, Path(work) / variant, synthetic=True, quant="fp32", gate=False, prefill_chunk=None,
                                progress=False, overwrite=True)  # fmt: skip

@@ -4,7 +4,9 @@ picking rows of a chunk, the token shift, and writing a state once.
 On the Linux Core AI runtime `slice`, `concat` and `index_select` run at a few MB/s while a
 row lookup (`embedding` -> `gather_nd`), a scatter (`index_copy` -> `scatter_nd`) and a 0/1
 selection matmul run at memory speed (benchmarks/state_io.py, benchmarks/profile_ops.py). So
-every row move here is one of those three, and each has a naive twin written with indexing.
+every row move here is one of those three, except `stack_rows`: its small rows are one concat,
+since a scatter per layer costs a GPU a dispatch per layer for a few percent here. Each has a
+naive twin written with indexing.
 """
 
 from __future__ import annotations
@@ -35,14 +37,12 @@ def read_layer_by_matmul(buffer: torch.Tensor, i: int) -> torch.Tensor:
 
 
 def stack_rows(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
-    """Stack L tensors of equal size as the rows of an [L, numel] tensor, with a chain of
-    `index_copy` into zeros (`torch.stack` / `cat` lower to a concat, 10-20x slower here).
-    Each scatter copies the whole [L, numel] tensor, so this is for small rows; a big state
-    is updated as a whole instead (ssmport.ops.deferred)."""
-    out = torch.zeros(len(pieces), pieces[0].numel(), dtype=dtype)
-    for i, piece in enumerate(pieces):
-        out = out.index_copy(0, torch.tensor([i]), piece.reshape(1, -1).to(dtype))
-    return out
+    """Stack L tensors of equal size as the rows of an [L, numel] tensor: one concat, one
+    dispatch on a GPU. (A chain of L `index_copy` scatters into zeros was ~7% faster per
+    mamba2-130m decode step on the Linux runtime, but dispatched 92 more kernels per call:
+    benchmarks/stack_rows_ab.py, benchmarks/README.md.) For small rows; a big state is updated
+    as a whole instead (ssmport.ops.deferred)."""
+    return torch.cat([p.reshape(1, -1).to(dtype) for p in pieces])
 
 
 def stack_rows_naive(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -> torch.Tensor:
