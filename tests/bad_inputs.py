@@ -459,6 +459,17 @@ for cid, what, edit, message in (
 # === export: options =======================================================================
 case("layout-unknown", "export", "an unknown --layout", lambda e: ["export", e.pth, "--layout", "android", *_out(e)],
      "invalid choice: 'android'")  # fmt: skip
+case("apple-main-without-apple-layout", "export", "--apple-main without --layout apple",
+     lambda e: ["export", e.pth, "--apple-main", "chunk", *_out(e)], "--apple-main applies to --layout apple only")  # fmt: skip
+case("context-without-kv-cache", "export", "--context for a model with no KV cache",
+     lambda e: ["export", e.pth, "--context", "128", *_out(e)], "--context sizes a KV cache, and rwkv7 has none")  # fmt: skip
+case("context-zero", "export", "--context 0", lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "0", *_out(e)],
+     "--context 0: give a whole number of positions")  # fmt: skip
+case("context-huge", "export", "--context of 2^40 positions",
+     lambda e: ["export", "lfm2-tiny", "--synthetic", "--context", str(2**40), *_out(e)], "give a whole number of positions in [1,")  # fmt: skip
+case("context-beyond-training", "export", "--context beyond the model's max_position_embeddings",
+     lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "257", *_out(e)],
+     "--context 257 is beyond the model's max_position_embeddings (256)")  # fmt: skip
 case("quant-unknown", "export", "an unknown --quant", lambda e: ["export", e.pth, "--quant", "int4", *_out(e)], "invalid choice: 'int4'")
 case("state-dtype-unknown", "export", "an unknown --state-dtype", lambda e: ["export", e.pth, "--state-dtype", "fp8", *_out(e)],
      "invalid choice: 'fp8'")  # fmt: skip
