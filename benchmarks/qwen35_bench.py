@@ -47,9 +47,11 @@ from ssmport.runtime import Runner, lowered_path  # noqa: E402
 from ssmport.sources import load_model  # noqa: E402
 
 
-def export_in_process_of_its_own(preset: str, recipe: str, out: Path, vocab: Path, context: int | None) -> dict:
+def export_in_process_of_its_own(preset: str, recipe: str, out: Path, vocab: Path, context: int | None,
+                                 gate_steps: int = 8) -> dict:
     cmd = [sys.executable, "-m", "ssmport.cli.main", "export", preset, "--synthetic", "--quant", recipe,
-           "--vocab", str(vocab), "-o", str(out), "-q"] + (["--context", str(context)] if context else [])  # fmt: skip
+           "--vocab", str(vocab), "-o", str(out), "-q", "--gate-steps", str(gate_steps)] + (
+               ["--context", str(context)] if context else [])  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     wall = time.perf_counter() - start
@@ -139,6 +141,8 @@ def main() -> None:
     p.add_argument("--prompts", nargs="+", type=int, default=[64, 512])
     p.add_argument("--history", type=int, default=2000, help="turn-1 message length for the multi-turn part")
     p.add_argument("--context", type=int, help="--context of the exports (default: the preset's)")
+    p.add_argument("--gate-steps", type=int, default=8, help="the exports' --gate-steps (int8 calls are slow on this "
+                   "runtime: it dequantizes every weight on every call)")
     p.add_argument("--keep", help="keep the bundles in this directory (default: a temp dir, removed)")
     p.add_argument("--json")
     a = p.parse_args()
@@ -153,7 +157,8 @@ def main() -> None:
         result["exports"] = {}
         for recipe in ("fp32", "int8keepproj"):
             print(f"export {recipe} ...", flush=True)
-            result["exports"][recipe] = export_in_process_of_its_own(a.preset, recipe, out, tok_dir / "tokenizer.json", a.context)
+            result["exports"][recipe] = export_in_process_of_its_own(a.preset, recipe, out, tok_dir / "tokenizer.json", a.context,
+                                                                         a.gate_steps)
             print(json.dumps({k: v for k, v in result["exports"][recipe].items() if k != "stdout"}), flush=True)
         subprocess.run(["rm", "-rf", str(lowered_path(Bundle.open(out / f"{a.preset}-int8keepproj")))])  # GBs; its gate ran
         bundle_path = out / f"{a.preset}-fp32"
