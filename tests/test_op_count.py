@@ -73,3 +73,14 @@ def test_a_bundle_without_the_gate_says_how_to_count(tmp_path, capsys):
     assert "not recorded" in capsys.readouterr().out
     cli(["inspect", str(result.path), "--count-ops"])
     assert re.search(r"runtime ops: decode \d+ kernels per call \(Core AI runtime Profiler, counted now", capsys.readouterr().out)
+
+
+def test_export_counts_a_prefill_chunk_for_fp32_bundles_only(tmp_path, capsys):
+    """A full chunk is minutes at 1B on this runtime's emulated int8/fp16: export skips it there."""
+    result = export("mamba2-tiny", tmp_path, quant="int8keepproj", gate_steps=2, progress=False, prefill_chunk=8)
+    recorded = result.manifest.export["runtime_ops"]
+    assert set(recorded) == {"main"} and recorded["main"]["ops"] > 100
+    cli(["inspect", str(result.path)])
+    assert "prefill not counted at export (fp32 bundles only: --count-ops counts it)" in capsys.readouterr().out
+    cli(["inspect", str(result.path), "--count-ops"])
+    assert re.search(r"prefill \d+ per chunk \(Core AI runtime Profiler, counted now", capsys.readouterr().out)

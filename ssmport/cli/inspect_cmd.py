@@ -98,6 +98,8 @@ def _print_ops(bundle, count_now: bool) -> None:
     line = f"runtime ops: decode {ops['main']['ops']} kernels per call"
     if "prefill" in ops:
         line += f", prefill {ops['prefill']['ops']} per chunk"
+    elif bundle.manifest.prefill is not None:
+        line += ", prefill not counted at export (fp32 bundles only: --count-ops counts it)"
     print(f"{line} (Core AI runtime Profiler, {when}; a GPU dispatch each)")
 
 

@@ -69,9 +69,9 @@ class _EventLog:
         return 0
 
 
-def count_ops(bundle: Bundle) -> dict[str, OpCount]:
-    """Ops of one decode call (`main`, one token) and, when the bundle has it, of one full
-    prefill chunk, on zero states."""
+def count_ops(bundle: Bundle, prefill: bool = True) -> dict[str, OpCount]:
+    """Ops of one decode call (`main`, one token) and, when the bundle has it (and `prefill`),
+    of one full prefill chunk, on zero states."""
     from ssmport.runtime.runner import Runner
 
     log = _EventLog()
@@ -79,7 +79,7 @@ def count_ops(bundle: Bundle) -> dict[str, OpCount]:
     with Runner(bundle, profiler=log.profiler()) as runner:
         runner.step(1)
         counts["main"] = summarize(log.calls[-1])
-        if runner.has_prefill:
+        if prefill and runner.has_prefill:
             runner.reset()
             first = len(log.calls)
             # apple layout: prefill takes all but the last token, so one more gives it a full chunk
