@@ -25,7 +25,7 @@ from torch import nn
 from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
-from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionSpec
+from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, VALUE_CACHE, AttentionSpec
 from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
 from ssmport.models.mamba2.block import Mamba2Mixer
 from ssmport.models.mamba2.config import MixerSpec, dt_limit
@@ -35,7 +35,6 @@ from ssmport.ops.norms import rms_norm_naive
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import KV, StateSpec
 
-CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"
 # The positions a KV cache holds unless the export asks for another number (the exporter's
 # `context`), bounded by what the model was trained for (`max_position_embeddings`).
 DEFAULT_CONTEXT = 4096

@@ -25,6 +25,7 @@ from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
 KEY_CACHE, VALUE_CACHE = "keyCache", "valueCache"  # Apple's names for the stacked KV states
+CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"  # and for its stacked fixed states
 
 
 @dataclass(frozen=True)

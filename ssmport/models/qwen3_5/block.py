@@ -14,7 +14,7 @@ from torch import nn
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, NormHead, Step
 from ssmport.models.layers import (
-    KEY_CACHE, VALUE_CACHE, AttentionMixer, AttentionNames, AttentionSpec, DeltaRuleMixer, DeltaRuleNames,
+    CONV_STATES, RECURRENT_STATES, AttentionMixer, AttentionNames, AttentionSpec, DeltaRuleMixer, DeltaRuleNames,
     DeltaRuleSpec, SwiGLU, norm_gain,
 )  # fmt: skip
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, layer
@@ -23,8 +23,6 @@ from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
-CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"
-STATE_ORDER = (KEY_CACHE, VALUE_CACHE, CONV_STATES, RECURRENT_STATES)
 ZERO_CENTRED = "rms_offset"  # x / rms(x) * (1 + w)
 
 

@@ -107,10 +107,6 @@ class Qwen35Config:
                 f"{self.linear_num_key_heads}x{self.linear_key_head_dim}/{self.linear_num_value_heads}x"
                 f"{self.linear_value_head_dim}, V={self.vocab_size})")  # fmt: skip
 
-    def kv_bytes_per_token(self, itemsize: int) -> int:
-        """Bytes the KV cache holds per position of context (K and V of every attention layer)."""
-        return 2 * self.attention_layers * self.num_key_value_heads * self.head_dim * itemsize
-
 
 def with_context(cfg: Qwen35Config, context: int) -> Qwen35Config:
     check_context(context, cfg.max_position_embeddings)
