@@ -1,6 +1,10 @@
 """Peak RSS and wall time of `ssmport export --synthetic --profile-memory`, one run per line.
 
-A line is PRESET:RECIPE (synthetic weights) or CHECKPOINT:RECIPE (a .pth or folder on disk).
+A line is PRESET:RECIPE (synthetic weights) or CHECKPOINT:RECIPE (a .pth or folder on disk),
+optionally :STEPS, that line's gate steps (default --gate-steps). fp16 and int8 calls are very
+slow on this runtime (rwkv7-0.1b: one decode call 5.2 s fp16, 11 s int8keepproj, 28 ms fp32;
+one 64-row prefill chunk 206 s fp16), so their large lines gate on 1 step, decode only (a gate
+of 2+ steps feeds its first half through one prefill chunk).
 
 Each line is a fresh process (`python -m ssmport.cli.main export PRESET --synthetic --quant Q
 --profile-memory`), taking the heavy-work lock (/tmp/ssmport-heavy.lock) for its run only, with
@@ -12,7 +16,7 @@ the goal 1.5 x asset + 2 GB. The load average before and after each run is recor
 machine is shared, so a loaded run is marked as such.
 
     python benchmarks/export_memory.py rwkv7-1.5b:fp32 rwkv7-1.5b:fp16 --json /tmp/mem.json
-    python benchmarks/export_memory.py rwkv7-g1d-7.2b:int8keepproj --gate-steps 4
+    python benchmarks/export_memory.py rwkv7-g1d-7.2b:int8keepproj:1 rwkv7-2.9b:fp16:1
 """
 
 from __future__ import annotations
@@ -102,17 +106,18 @@ def table(lines: list[dict]) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("lines", nargs="+", help="PRESET:RECIPE (synthetic weights) or CHECKPOINT:RECIPE, one export each")
-    ap.add_argument("--gate-steps", type=int, default=8)
+    ap.add_argument("lines", nargs="+", help="PRESET:RECIPE[:STEPS] (synthetic weights) or CHECKPOINT:RECIPE[:STEPS], one export each")
+    ap.add_argument("--gate-steps", type=int, default=8, help="gate steps of a line that names none")
     ap.add_argument("--json", type=Path, help="write every line (with its stage trace) here")
     ap.add_argument("--work", type=Path, help="where bundles go while measured (default: a temp dir)")
     args = ap.parse_args()
     lines = []
     for spec in args.lines:
-        preset, _, quant = spec.partition(":")
+        preset, _, rest = spec.partition(":")
+        quant, _, steps = rest.partition(":")
         work = Path(tempfile.mkdtemp(prefix="export-memory-", dir=args.work))
         try:
-            line = run_line(preset, quant or "fp32", args.gate_steps, work)
+            line = run_line(preset, quant or "fp32", int(steps) if steps else args.gate_steps, work)
         finally:
             shutil.rmtree(work, ignore_errors=True)
         lines.append(line)
