@@ -4,7 +4,16 @@ For each model: export a synthetic fp32 bundle with and without prefill (export 
 asset size of both), then, on the one bundle with prefill, feed random prompts from a zero
 state through `prefill` and through the M=1 loop, both in this process, alternating, and
 report tokens/s and their ratio. It also checks the two paths agree (max |Δ| over the last
-logits and every state). Run it under the heavy lock; the machine is shared, so compare
+logits and every state).
+
+The ceiling: what prefill could reach if every op but the weight matmuls were free. Each of the
+bundle's matmul weights (the plan's ffn / state_proj / out_proj / attn_proj / lora tensors) is
+timed on this runtime as the graph runs it (`FloatMatmul`, a chunk's T rows, best of 5 calls,
+in this run), plus the LM head once at one row (prefill's logits are the last valid row's);
+their sum is a chunk's matmul time, and T over it the ceiling in tokens/s. Not counted: the
+recurrence's own chunk-form products and attention over the KV cache (they are part of what
+the ceiling leaves out). A runtime Profiler pass over one chunk (per op type, minimum of 2
+calls) says where the rest of a chunk's time goes. Run it under the heavy lock; the machine is shared, so compare
 the ratios, not the absolute numbers.
 
     flock /tmp/ssmport-heavy.lock python benchmarks/prefill_speed.py \\
@@ -14,6 +23,7 @@ the ratios, not the absolute numbers.
 from __future__ import annotations
 
 import argparse
+import collections
 import json
 import platform
 import shutil
@@ -22,11 +32,21 @@ import time
 from pathlib import Path
 
 import numpy as np
+import torch
+
+# benchmarks/ is on sys.path when run as a script
+from coreai_micro import call_times_ms
+from profile_ops import by_op_type, profile
 
 from ssmport.bundle import Bundle, dir_bytes
 from ssmport.exporter import export
+from ssmport.ops.matmul import FloatMatmul
 from ssmport.prefill import DEFAULT_CHUNK
+from ssmport.quant.roles import Role
 from ssmport.runtime import Runner, lowered_path
+
+MATMUL_ROLES = frozenset({Role.FFN, Role.STATE_PROJ, Role.OUT_PROJ, Role.ATTN_PROJ, Role.LORA})
+PROFILE_TOP = 8  # op types kept from the chunk's profile
 
 
 def timed_feed(runner: Runner, tokens: list[int]) -> tuple[float, np.ndarray, dict[str, np.ndarray]]:
@@ -44,6 +64,46 @@ def recurrence_share(runner: Runner, repeats: int) -> dict:
     one = min(timed_feed(runner, [1])[0] for _ in range(repeats))
     full = min(timed_feed(runner, list(range(1, T + 1)))[0] for _ in range(repeats))
     return {"call_seconds_valid_len_1": one, "call_seconds_valid_len_T": full, "loop_share": (full - one) / full}
+
+
+def matmul_ms(shape: tuple[int, int], rows: int, calls: int = 5) -> float:
+    """Best wall time of x [rows, in] @ W [in, out] on this runtime, in the graph's form."""
+    rng = np.random.default_rng(0)
+    w = torch.from_numpy(rng.standard_normal(shape, dtype=np.float32) * 0.02)
+    x = rng.standard_normal((rows, shape[0]), dtype=np.float32)
+    return min(call_times_ms(FloatMatmul(w), x, calls))
+
+
+def matmul_ceiling(bundle: Path, chunk: int) -> dict:
+    """A chunk's weight-matmul time on this runtime, and the prefill tokens/s it allows."""
+    tensors = Bundle.open(bundle).manifest.plan_tensors
+    shapes = collections.Counter(tuple(t["shape"]) for t in tensors if t["role"] in MATMUL_ROLES)
+    per_shape = {shape: matmul_ms(shape, chunk) for shape in shapes}
+    heads = [tuple(t["shape"]) for t in tensors if t["role"] == Role.HEAD]
+    head_ms = sum(matmul_ms(shape, 1) for shape in heads)
+    chunk_ms = sum(n * per_shape[shape] for shape, n in shapes.items()) + head_ms
+    flops = sum(2 * chunk * n * shape[0] * shape[1] for shape, n in shapes.items())
+    print(f"  ceiling: {chunk_ms:.0f} ms of weight matmuls per {chunk}-token chunk "
+          f"({flops / chunk_ms / 1e6:.1f} GFLOP/s over {sum(shapes.values())} matmuls) = "
+          f"{1000 * chunk / chunk_ms:.1f} tok/s", flush=True)  # fmt: skip
+    return {
+        "chunk_matmul_ms": chunk_ms,
+        "head_ms": head_ms,
+        "matmul_gflops_per_chunk": flops / 1e9,
+        "matmul_gflop_per_s": flops / chunk_ms / 1e6,
+        "per_shape_ms": {f"{a}x{b}": {"ms": ms, "count": shapes[(a, b)]} for (a, b), ms in per_shape.items()},
+        "ceiling_tokens_per_s": 1000 * chunk / chunk_ms,
+    }
+
+
+def chunk_profile(bundle: Path) -> dict:
+    """Where one full prefill chunk's time goes, per op type (runtime Profiler)."""
+    per_call, profiled_ms = profile(Bundle.open(bundle), calls=2, warmup=1, function="prefill")
+    table = by_op_type(per_call)
+    top = dict(list(table.items())[:PROFILE_TOP])
+    print("  chunk profile: " + ", ".join(f"{k} {100 * v['share']:.0f}%" for k, v in top.items()), flush=True)
+    return {"ops_per_chunk": len(per_call[0]), "profiled_ms_per_call": profiled_ms,
+            "sum_of_op_minima_ms": sum(v["ms"] for v in table.values()), "top_op_types": top}  # fmt: skip
 
 
 def measure(bundle: Path, prompts: list[int], repeats: int, seed: int) -> list[dict]:
@@ -123,6 +183,11 @@ def main() -> None:
                       f"{entry['export_seconds_with_prefill']:.1f} s with prefill; asset +{100 * entry['asset_growth']:.3f}%",
                       flush=True)  # fmt: skip
             entry["runs"], entry["recurrence"] = measure(bundle, args.prompts, args.repeats, args.seed)
+            entry["ceiling"] = matmul_ceiling(bundle, args.chunk)
+            for run in entry["runs"]:
+                run["of_ceiling"] = run["prefill_tokens_per_s"] / entry["ceiling"]["ceiling_tokens_per_s"]
+                print(f"  prompt {run['prompt_tokens']:4}: {100 * run['of_ceiling']:.0f}% of the ceiling", flush=True)
+            entry["chunk_profile"] = chunk_profile(bundle)
             shutil.rmtree(lowered_path(Bundle.open(bundle)), ignore_errors=True)  # GBs at 1.5B
             shutil.rmtree(bundle)
             results["models"].append(entry)
