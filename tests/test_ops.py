@@ -223,7 +223,7 @@ def test_rotary_equals_rotate_half(rotary_dim):
     close(got, attention.apply_rotary_naive(x, positions, rotary_dim, 10000.0))
 
 
-@pytest.mark.parametrize("T,valid", [(1, 1), (8, 5), (16, 16)])
+@pytest.mark.parametrize("T,valid", [(1, 1), (8, 5), (16, 16), (64, 64), (64, 40), (48, 20)])  # 64, 48: sub-chunks
 def test_wkv7_chunk_equals_the_step_loop(T, valid):
     H, N, Nv = 2, 8, 6
     f64 = torch.float64
@@ -242,12 +242,13 @@ def test_wkv7_chunk_equals_the_step_loop(T, valid):
 
 
 def test_wkv7_chunk_holds_in_fp32_at_the_longest_chunk_and_the_strongest_decay():
-    """exp(+-L) stays inside fp32 at MAX_CHUNK tokens of the strongest decay RWKV-7 allows."""
+    """exp(+-L) stays inside fp32 at MAX_CHUNK tokens of the strongest decay RWKV-7 allows, in
+    one piece (`chunk_form`; `chunk` hands it at most SUB_CHUNK tokens at a time)."""
     T, H, N, Nv = wkv7.MAX_CHUNK, 2, 16, 8
     S0, r, k, v = randn(H, N, Nv), randn(T, H, N), randn(T, H, N), randn(T, H, Nv)
     kk = norms.unit_normalize(randn(T, H, N))
     w = torch.full((T, H, N), math.exp(-math.exp(-0.5)) * 1.0001)
-    S_chunk, y_chunk = wkv7.chunk(S0, r, w, kk, kk * 0.5, k, v, torch.tensor([T]))
+    S_chunk, y_chunk = wkv7.chunk_form(S0, r, w, kk, kk * 0.5, k, v, torch.tensor([T]))
     S = S0.double()
     for t in range(T):
         S, _ = wkv7.step(S.view(1, H, N, Nv), *(x[t].double().view(shape) for x, shape in (
