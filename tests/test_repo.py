@@ -45,3 +45,53 @@ def test_every_model_package_imports_on_its_own():
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
         assert done.returncode == 0, (name, done.stderr[-500:])
     assert len(packages) >= 3
+
+
+# An architecture's own code: these modules of its package (docs/adding-an-architecture.md).
+ARCHITECTURE_MODULES = ("config", "checkpoints", "reference", "block", "quant", "synthetic")
+SLOC_BUDGET = 350  # per package; what two families share lives once, in ssmport/models/*.py or ssmport/ops
+_NOT_CODE = {"COMMENT", "NL", "NEWLINE", "INDENT", "DEDENT", "ENCODING", "ENDMARKER"}
+
+
+def source_lines(text: str) -> int:
+    """Lines that carry code: blank lines, comments and docstrings (a string that is a
+    statement on its own) do not count; a token spanning lines counts each of them."""
+    import io
+    import tokenize
+
+    tokens = [t for t in tokenize.generate_tokens(io.StringIO(text).readline)
+              if tokenize.tok_name[t.type] not in ("COMMENT", "NL")]  # fmt: skip
+    lines: set[int] = set()
+    for i, tok in enumerate(tokens):
+        if tokenize.tok_name[tok.type] in _NOT_CODE:
+            continue
+        if tok.type == tokenize.STRING:
+            before = tokenize.tok_name[tokens[i - 1].type] if i else "ENCODING"
+            after = tokenize.tok_name[tokens[i + 1].type]
+            if before in ("NEWLINE", "INDENT", "DEDENT", "ENCODING") and after in ("NEWLINE", "ENDMARKER"):
+                continue  # a docstring (or any bare string statement)
+        lines.update(range(tok.start[0], tok.end[0] + 1))
+    return len(lines)
+
+
+def architecture_sloc() -> dict[str, int]:
+    """Source lines of each built-in architecture's own modules, by package."""
+    counts = {}
+    for package in sorted(p for p in (ROOT / "ssmport" / "models").iterdir() if p.is_dir()):
+        files = [package / f"{m}.py" for m in ARCHITECTURE_MODULES]
+        if all(f.is_file() for f in files):
+            counts[package.name] = sum(source_lines(f.read_text()) for f in files)
+    return counts
+
+
+def test_source_lines_counts_code_only():
+    text = '"""Doc."""\n\nimport os  # why\n\n\ndef f():\n    """Doc\n    more."""\n    s = """a\nb"""\n    return s\n'
+    assert source_lines(text) == 5  # import, def, the two lines of s, return
+
+
+def test_each_architecture_is_at_most_350_source_lines():
+    counts = architecture_sloc()
+    assert len(counts) >= 7, counts
+    over = {name: n for name, n in counts.items() if n > SLOC_BUDGET}
+    assert not over, f"over {SLOC_BUDGET} source lines ({', '.join(ARCHITECTURE_MODULES)}): " + ", ".join(
+        f"{name} {n}" for name, n in over.items())

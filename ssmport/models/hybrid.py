@@ -22,13 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
 from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, VALUE_CACHE, AttentionSpec
-from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
+from ssmport.models.loading import ConfigReader, dt_limit
 from ssmport.models.mamba2.block import Mamba2Mixer
-from ssmport.models.mamba2.config import MixerSpec, dt_limit
+from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.package import PackagedArchitecture
 from ssmport.ops import attention
 from ssmport.ops.norms import rms_norm_naive
@@ -152,17 +152,6 @@ def rope_theta(r: ConfigReader, default: float) -> float:
     if params and "rope_theta" in params:
         return ConfigReader(params, r.origin, r.family).float("rope_theta", positive=True)
     return r.float("rope_theta", default, positive=True)
-
-
-def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
-                 conv_suffix: str, what: str) -> MappedSource:  # fmt: skip
-    """The canonical-name view of a checkpoint, after one strict check of every name and shape.
-    `renamed`: canonical -> checkpoint name where they differ (a tied head: the embedding);
-    depthwise convs (names ending in `conv_suffix`) are read [C, 1, K] and squeezed to [C, K]."""
-    names = {n: (renamed.get(n, n), conv_f32 if n.endswith(conv_suffix) else as_f32) for n in canonical}
-    native_shapes = native_conv_shapes(canonical, conv_suffix)
-    check_strict(source, {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()}, what=what)
-    return MappedSource(source, names, canonical)
 
 
 def refuse_dt_clamp(r: ConfigReader, key: str, why: str) -> None:

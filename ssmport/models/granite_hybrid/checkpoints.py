@@ -8,8 +8,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig, from_transformers
-from ssmport.models.hybrid import checked_view
-from ssmport.models.loading import check_layer_count, head_name
+from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.mamba2.checkpoints import mixer_shapes
 
 EMBEDDING, HEAD, FINAL_NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"

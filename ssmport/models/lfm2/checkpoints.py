@@ -9,8 +9,7 @@ from typing import Any
 from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import CONV
 from ssmport.models.lfm2.config import Lfm2Config, from_transformers
-from ssmport.models.hybrid import checked_view
-from ssmport.models.loading import check_layer_count, head_name
+from ssmport.models.loading import check_layer_count, checked_view, head_name
 
 EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 CONV_WEIGHT = "conv.conv.weight"

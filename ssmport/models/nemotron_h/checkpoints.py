@@ -8,8 +8,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.hybrid import checked_view
-from ssmport.models.loading import check_layer_count
+from ssmport.models.loading import check_layer_count, checked_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig, from_transformers
 
