@@ -49,11 +49,15 @@ LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
 
 class HybridConfig:
     """What the hybrid configs share, mixed into their frozen dataclasses: a kind per layer
-    (`layer_types`) and GQA attention heads."""
+    (`layer_types`) and GQA attention heads (Qwen3.5 uses the layer kinds only)."""
 
     layer_types: tuple[str, ...]
     num_heads: int
     num_kv_heads: int
+
+    def __post_init__(self):  # a JSON list reads back equal (Nemotron-H's layer_types is a property)
+        if "layer_types" in self.__dataclass_fields__:
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
 
     @property
     def num_layers(self) -> int:
@@ -199,10 +203,15 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
     """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
     ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
     `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
-    which this token's are appended. Returns o_proj's output [C]."""
+    which this token's are appended. With the output gate, q_proj gives [query | gate] per
+    head and o is multiplied by sigmoid(gate). Returns o_proj's output [C]."""
     s = spec
     bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
-    q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
+    if s.output_gate:
+        both = (w["q"] @ h + bias("q_bias")).view(s.heads, 2, s.head_dim)
+        q, gate = both[:, 0], both[:, 1].reshape(-1)
+    else:
+        q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
     k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
     v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
     if s.qk_norm:  # per head; "rms_offset" is the zero-centred norm, gain 1 + w
@@ -215,7 +224,9 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
         k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta)[0]
     past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
     past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
-    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale)
+    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale).reshape(-1)
+    if s.output_gate:
+        o = o * torch.sigmoid(gate)
     keys.append(k)
     values.append(v)
-    return w["o"] @ o.reshape(-1) + bias("o_bias")
+    return w["o"] @ o + bias("o_bias")

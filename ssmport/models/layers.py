@@ -10,7 +10,7 @@ family's canonical names; projections that read the same input are fused into on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
@@ -64,6 +64,32 @@ class AttentionNames:
     k_bias: str | None = None
     v_bias: str | None = None
     o_bias: str | None = None
+
+    def read(self, weights) -> dict[str, torch.Tensor]:
+        """These tensors of `weights` by field ("q", "k", ..., "q_norm", "o_bias"): what the
+        references' attention step takes."""
+        return {field: weights[name] for field, name in asdict(self).items() if name}
+
+
+def attention_names(prefix: str, out: str = "o_proj", norm: str | None = None, bias: bool = False) -> AttentionNames:
+    """transformers' names of one attention layer under `prefix`: {q,k,v}_proj and `out`, the
+    per-head norms {q,k}_{norm} where there are any, the projections' biases with `bias`."""
+    q, k, v, o = f"{prefix}q_proj", f"{prefix}k_proj", f"{prefix}v_proj", prefix + out
+    norms = {"q_norm": f"{prefix}q_{norm}.weight", "k_norm": f"{prefix}k_{norm}.weight"} if norm else {}
+    biases = {"q_bias": q + ".bias", "k_bias": k + ".bias", "v_bias": v + ".bias", "o_bias": o + ".bias"} if bias else {}
+    return AttentionNames(q + ".weight", k + ".weight", v + ".weight", o + ".weight", **norms, **biases)
+
+
+def attention_shapes(spec: AttentionSpec, names: AttentionNames, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The checkpoint shapes of one attention layer (nn.Linear [out, in]); with the output gate
+    q_proj also holds the gate's rows."""
+    q, kv = spec.q_size * (2 if spec.output_gate else 1), spec.kv_size
+    shapes = {names.q: (q, hidden), names.k: (kv, hidden), names.v: (kv, hidden), names.o: (hidden, spec.q_size)}
+    if names.q_norm:
+        shapes |= {names.q_norm: (spec.head_dim,), names.k_norm: (spec.head_dim,)}
+    if names.q_bias:
+        shapes |= {names.q_bias: (q,), names.k_bias: (kv,), names.v_bias: (kv,), names.o_bias: (hidden,)}
+    return shapes
 
 
 def norm_gain(weight: torch.Tensor, kind: str | None) -> torch.Tensor:
@@ -162,6 +188,10 @@ class DeltaRuleSpec:
     @property
     def value_dim(self) -> int:
         return self.v_heads * self.v_dim
+
+    @property
+    def conv_dim(self) -> int:  # the conv's channels: q | k | v
+        return 2 * self.key_dim + self.value_dim
 
     @property
     def group(self) -> int:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, canonical_shapes, layer
+from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
 from ssmport.models.hybrid import attention_step
 from ssmport.models.mamba2.reference import mixer_step
@@ -58,8 +58,5 @@ class GraniteHybridReference:
         return out
 
     def _attention(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        a = layer(i) + "self_attn."
-        w = {n: self.w[f"{a}{n}_proj.weight"] for n in "qkvo"}
-        if self.cfg.attention_bias:
-            w |= {f"{n}_bias": self.w[f"{a}{n}_proj.bias"] for n in "qkvo"}
+        w = attention(self.cfg, i).read(self.w)
         return attention_step(self.cfg.attention, w, h, state["K"][i], state["V"][i], state["position"])

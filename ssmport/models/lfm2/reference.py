@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import attention_step
-from ssmport.models.lfm2.checkpoints import EMBEDDING, HEAD, canonical_shapes, layer
+from ssmport.models.lfm2.checkpoints import EMBEDDING, HEAD, attention, canonical_shapes, layer
 from ssmport.models.lfm2.config import CONV, Lfm2Config
 from ssmport.ops.norms import rms_norm_naive
 
@@ -60,8 +60,4 @@ class Lfm2Reference:
         return self.w[p + "out_proj.weight"] @ (C * y) + bias("out_proj.bias")
 
     def _attention(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        a = layer(i) + "self_attn."
-        w = {"q": self.w[a + "q_proj.weight"], "k": self.w[a + "k_proj.weight"], "v": self.w[a + "v_proj.weight"],
-             "o": self.w[a + "out_proj.weight"], "q_norm": self.w[a + "q_layernorm.weight"],
-             "k_norm": self.w[a + "k_layernorm.weight"]}  # fmt: skip
-        return attention_step(self.cfg.attention, w, h, state["K"][i], state["V"][i], state["position"])
+        return attention_step(self.cfg.attention, attention(i).read(self.w), h, state["K"][i], state["V"][i], state["position"])

@@ -10,8 +10,8 @@ from torch import nn
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, NormHead, Step
 from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, AttentionNames, ReluSquaredMLP
-from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, layer
+from ssmport.models.layers import AttentionMixer, ReluSquaredMLP
+from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig
 from ssmport.models.nemotron_h.quant import role
 from ssmport.ops.norms import rms_norm
@@ -29,7 +29,7 @@ class NemotronHLayer(nn.Module):
         if kind == MAMBA:
             self.mixer = Mamba2StateMixer(cfg.mixer, m, src, b, role)
         elif kind == ATTENTION:
-            self.mixer = AttentionMixer(cfg.attention, AttentionNames(*(f"{m}{n}_proj.weight" for n in "qkvo")), src, b)
+            self.mixer = AttentionMixer(cfg.attention, attention(i), src, b)
         else:
             self.mixer = ReluSquaredMLP(m + "up_proj.weight", m + "down_proj.weight", src, b)
         self.states = getattr(self.mixer, "states", ())

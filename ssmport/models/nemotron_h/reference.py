@@ -16,7 +16,7 @@ import torch
 from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import attention_step
 from ssmport.models.mamba2.reference import mixer_step
-from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, canonical_shapes, layer
+from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig
 from ssmport.ops.norms import rms_norm_naive
 
@@ -47,8 +47,7 @@ class NemotronHReference:
             if kind == MAMBA:
                 out, state["conv"][i] = mixer_step(c.mixer, mixer, h, state["conv"][i], state["ssm"][i])
             elif kind == ATTENTION:
-                attn = {n: mixer[f"{n}_proj.weight"] for n in "qkvo"}
-                out = attention_step(c.attention, attn, h, state["K"][i], state["V"][i], state["position"])
+                out = attention_step(c.attention, attention(i).read(w), h, state["K"][i], state["V"][i], state["position"])
             else:
                 out = mixer["down_proj.weight"] @ torch.relu(mixer["up_proj.weight"] @ h) ** 2
             x = x + out
