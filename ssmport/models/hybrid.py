@@ -66,6 +66,9 @@ class HybridConfig:
     def layers_of(self, kind: str) -> int:
         return self.layer_types.count(kind)
 
+    def layer_indices(self, kind: str) -> list[int]:
+        return [i for i, k in enumerate(self.layer_types) if k == kind]
+
     @property
     def attention_layers(self) -> int:
         return self.layers_of(ATTENTION)

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import KVRows, Step
+from ssmport.graph import KVRows, NormHead, Step
 from ssmport.ops import attention, delta_rule
 from ssmport.ops.conv import causal_conv
 from ssmport.ops.norms import l2_normalize, rms_norm
@@ -311,3 +311,12 @@ class ReluSquaredMLP(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         a = torch.relu(self.up(h))
         return self.down(a * a)
+
+
+def norm_head(src: TensorSource, b: WeightBuilder, head: str, norm: str, eps: float,
+              gain: torch.Tensor | None = None, bias: str | None = None) -> NormHead:  # fmt: skip
+    """The final norm and the LM head (stored [in, out], logits in the recipe's dtype): an
+    RMSNorm of gain `gain` (default: the checkpoint's `norm` as it is), or a LayerNorm with `bias`."""
+    weight = b.vector(norm, src[norm] if gain is None else gain, Role.NORM)
+    shift = b.vector(bias, src[bias], Role.NORM) if bias else None
+    return NormHead(b.matmul(head, src[head].t(), Role.HEAD, out_dtype=b.recipe.logits_dtype), weight, eps, bias=shift)

@@ -8,9 +8,9 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
+from ssmport.graph import Embedding, Step
 from ssmport.models.hybrid import CONV_STATES
-from ssmport.models.layers import AttentionMixer, SwiGLU
+from ssmport.models.layers import AttentionMixer, SwiGLU, norm_head
 from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, attention, layer
 from ssmport.models.lfm2.config import CONV, Lfm2Config
 from ssmport.models.lfm2.quant import role
@@ -76,6 +76,4 @@ class Lfm2Layer(nn.Module):
 def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)))
     blocks = [Lfm2Layer(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector("model.embedding_norm.weight", src["model.embedding_norm.weight"], role("model.embedding_norm.weight"))
-    head = b.matmul(HEAD, src[HEAD].t(), role(HEAD), out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.norm_eps)
+    return embed, blocks, norm_head(src, b, HEAD, "model.embedding_norm.weight", cfg.norm_eps)

@@ -15,7 +15,7 @@ from ssmport.models.hybrid import HybridArchitecture
 from ssmport.models.layers import KEY_CACHE, VALUE_CACHE
 from ssmport.models.package import package_parts
 from ssmport.models.qwen3_5 import block, checkpoints, quant, synthetic
-from ssmport.models.qwen3_5.config import PRESETS, Qwen35Config
+from ssmport.models.qwen3_5.config import LINEAR, PRESETS, Qwen35Config
 from ssmport.models.qwen3_5.reference import Qwen35Reference
 from ssmport.state import KV, StateSpec
 
@@ -51,9 +51,9 @@ class _Qwen35(HybridArchitecture):  # the hybrids' context and apple layout, its
         return [
             StateSpec(KEY_CACHE, kv, state_dtype, kv_layout, KV),
             StateSpec(VALUE_CACHE, kv, state_dtype, kv_layout.removesuffix(" (K after k-norm and RoPE)"), KV),
-            StateSpec(block.CONV_STATES, (c.linear_layers, 1, c.linear_conv_kernel_dim, c.delta_rule.conv_dim), state_dtype,
+            StateSpec(block.CONV_STATES, (c.layers_of(LINEAR), 1, c.linear_conv_kernel_dim, c.delta_rule.conv_dim), state_dtype,
                       "[linear layer, batch, conv tap (oldest first), channel (q | k | v pre-conv)]"),
-            StateSpec(block.RECURRENT_STATES, (c.linear_layers, 1, c.linear_num_value_heads, c.linear_key_head_dim,
+            StateSpec(block.RECURRENT_STATES, (c.layers_of(LINEAR), 1, c.linear_num_value_heads, c.linear_key_head_dim,
                                                c.linear_value_head_dim), state_dtype,
                       "[linear layer, batch, value head, key, value]"),
         ]  # fmt: skip

@@ -12,8 +12,8 @@ from __future__ import annotations
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
-from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_gain
+from ssmport.graph import Embedding, Step
+from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_gain, norm_head
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, layer
 from ssmport.models.qwen3_5.config import FULL, ZERO_CENTRED, Qwen35Config
 from ssmport.ops.norms import rms_norm
@@ -56,8 +56,6 @@ class Qwen35Block(nn.Module):
 def build(cfg: Qwen35Config, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table(EMBED, src[EMBED], Role.EMBEDDING))
     blocks = [Qwen35Block(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector(NORM, norm_gain(src[NORM], ZERO_CENTRED), Role.NORM)
     # A tied model's head is its embedding table (the source maps lm_head.weight to it), stored
     # a second time as [in, out]: the lookup and the matmul need different layouts.
-    head = b.matmul(HEAD, src[HEAD].t(), Role.HEAD, out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.rms_norm_eps)
+    return embed, blocks, norm_head(src, b, HEAD, NORM, cfg.rms_norm_eps, gain=norm_gain(src[NORM], ZERO_CENTRED))

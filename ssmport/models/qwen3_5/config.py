@@ -56,10 +56,6 @@ class Qwen35Config(hybrid.HybridConfig):
     context: int = DEFAULT_CONTEXT  # positions the KV cache holds (set at export: --context)
 
     @property
-    def linear_layers(self) -> int:
-        return self.layers_of(LINEAR)
-
-    @property
     def attention(self) -> AttentionSpec:
         """Gated attention: q/k zero-centred RMSNorm per head, partial RoPE, o * sigmoid(gate)."""
         return AttentionSpec(self.num_attention_heads, self.num_key_value_heads, self.head_dim, rotary_dim=self.rotary_dim,
@@ -92,7 +88,7 @@ class Qwen35Config(hybrid.HybridConfig):
         check_context(self.context, self.max_position_embeddings)
 
     def describe(self) -> str:
-        return (f"(L={self.num_layers}: {self.linear_layers} linear + {self.attention_layers} full, C={self.hidden_size}, "
+        return (f"(L={self.num_layers}: {self.layers_of(LINEAR)} linear + {self.attention_layers} full, C={self.hidden_size}, "
                 f"heads {self.num_attention_heads}/{self.num_key_value_heads}x{self.head_dim}, linear "
                 f"{self.linear_num_key_heads}x{self.linear_key_head_dim}/{self.linear_num_value_heads}x"
                 f"{self.linear_value_head_dim}, V={self.vocab_size})")  # fmt: skip

@@ -23,10 +23,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import attention_step
+from ssmport.models.package import Reference
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, canonical_shapes, layer
-from ssmport.models.qwen3_5.config import FULL, Qwen35Config
+from ssmport.models.qwen3_5.config import FULL, LINEAR
 from ssmport.ops import delta_rule
 from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
 
@@ -36,15 +36,12 @@ def rms_norm_1p(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return rms_norm_naive(x, 1.0 + w, eps)
 
 
-class Qwen35Reference:
-    def __init__(self, cfg: Qwen35Config, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+class Qwen35Reference(Reference):
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
         c = self.cfg
-        linear = [i for i, t in enumerate(c.layer_types) if t != FULL]
-        full = [i for i, t in enumerate(c.layer_types) if t == FULL]
+        linear, full = c.layer_indices(LINEAR), c.layer_indices(FULL)
         return {"conv": {i: torch.zeros(c.linear_conv_kernel_dim, c.delta_rule.conv_dim) for i in linear},
                 "S": {i: torch.zeros(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim) for i in linear},
                 "K": {i: [] for i in full}, "V": {i: [] for i in full}, "position": 0}  # fmt: skip
