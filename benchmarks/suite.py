@@ -143,7 +143,7 @@ def ensure_mamba2_folder(preset: str, work: Path) -> Path:
     # ssmport's own canonical -> transformers name table; the conv is stored as nn.Conv1d [C, 1, K].
     names = _checkpoint_names(c, "backbone.embeddings.weight", "lm_head.weight")
     tensors = {theirs: model.weights[ours].reshape(c.conv_dim, 1, c.conv_kernel) if ours.endswith("conv1d.weight")
-               else model.weights[ours].contiguous() for ours, (theirs, _) in names.items()}  # fmt: skip
+               else model.weights[ours].contiguous() for ours, theirs in names.items()}  # fmt: skip
     config = {
         "model_type": "mamba2", "architectures": ["Mamba2ForCausalLM"], "vocab_size": c.vocab_size,
         "hidden_size": c.hidden_size, "num_hidden_layers": c.num_layers, "num_heads": c.num_heads,

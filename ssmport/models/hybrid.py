@@ -22,13 +22,13 @@ from typing import Any
 import torch
 from torch import nn
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
 from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, VALUE_CACHE, AttentionSpec
-from ssmport.models.loading import ConfigReader, as_f32, conv_f32, native_conv_shapes
+from ssmport.models.loading import ConfigReader, dt_limit
 from ssmport.models.mamba2.block import Mamba2Mixer
-from ssmport.models.mamba2.config import MixerSpec, dt_limit
+from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.package import PackagedArchitecture
 from ssmport.ops import attention
 from ssmport.ops.norms import rms_norm_naive
@@ -49,11 +49,15 @@ LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
 
 class HybridConfig:
     """What the hybrid configs share, mixed into their frozen dataclasses: a kind per layer
-    (`layer_types`) and GQA attention heads."""
+    (`layer_types`) and GQA attention heads (Qwen3.5 uses the layer kinds only)."""
 
     layer_types: tuple[str, ...]
     num_heads: int
     num_kv_heads: int
+
+    def __post_init__(self):  # a JSON list reads back equal (Nemotron-H's layer_types is a property)
+        if "layer_types" in self.__dataclass_fields__:
+            object.__setattr__(self, "layer_types", tuple(self.layer_types))
 
     @property
     def num_layers(self) -> int:
@@ -61,6 +65,9 @@ class HybridConfig:
 
     def layers_of(self, kind: str) -> int:
         return self.layer_types.count(kind)
+
+    def layer_indices(self, kind: str) -> list[int]:
+        return [i for i, k in enumerate(self.layer_types) if k == kind]
 
     @property
     def attention_layers(self) -> int:
@@ -154,17 +161,6 @@ def rope_theta(r: ConfigReader, default: float) -> float:
     return r.float("rope_theta", default, positive=True)
 
 
-def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
-                 conv_suffix: str, what: str) -> MappedSource:  # fmt: skip
-    """The canonical-name view of a checkpoint, after one strict check of every name and shape.
-    `renamed`: canonical -> checkpoint name where they differ (a tied head: the embedding);
-    depthwise convs (names ending in `conv_suffix`) are read [C, 1, K] and squeezed to [C, K]."""
-    names = {n: (renamed.get(n, n), conv_f32 if n.endswith(conv_suffix) else as_f32) for n in canonical}
-    native_shapes = native_conv_shapes(canonical, conv_suffix)
-    check_strict(source, {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()}, what=what)
-    return MappedSource(source, names, canonical)
-
-
 def refuse_dt_clamp(r: ConfigReader, key: str, why: str) -> None:
     """Refuse a dt clamp other than [0, inf) (`key` absent or null counts as none)."""
     lo, hi = dt_limit(r, key)
@@ -210,10 +206,15 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
     """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
     ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
     `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
-    which this token's are appended. Returns o_proj's output [C]."""
+    which this token's are appended. With the output gate, q_proj gives [query | gate] per
+    head and o is multiplied by sigmoid(gate). Returns o_proj's output [C]."""
     s = spec
     bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
-    q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
+    if s.output_gate:
+        both = (w["q"] @ h + bias("q_bias")).view(s.heads, 2, s.head_dim)
+        q, gate = both[:, 0], both[:, 1].reshape(-1)
+    else:
+        q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
     k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
     v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
     if s.qk_norm:  # per head; "rms_offset" is the zero-centred norm, gain 1 + w
@@ -226,7 +227,9 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
         k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta)[0]
     past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
     past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
-    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale)
+    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale).reshape(-1)
+    if s.output_gate:
+        o = o * torch.sigmoid(gate)
     keys.append(k)
     values.append(v)
-    return w["o"] @ o.reshape(-1) + bias("o_bias")
+    return w["o"] @ o + bias("o_bias")

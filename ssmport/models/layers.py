@@ -10,14 +10,14 @@ family's canonical names; projections that read the same input are fused into on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import KVRows, Step
+from ssmport.graph import KVRows, NormHead, Step
 from ssmport.ops import attention, delta_rule
 from ssmport.ops.conv import causal_conv
 from ssmport.ops.norms import l2_normalize, rms_norm
@@ -64,6 +64,32 @@ class AttentionNames:
     k_bias: str | None = None
     v_bias: str | None = None
     o_bias: str | None = None
+
+    def read(self, weights) -> dict[str, torch.Tensor]:
+        """These tensors of `weights` by field ("q", "k", ..., "q_norm", "o_bias"): what the
+        references' attention step takes."""
+        return {field: weights[name] for field, name in asdict(self).items() if name}
+
+
+def attention_names(prefix: str, out: str = "o_proj", norm: str | None = None, bias: bool = False) -> AttentionNames:
+    """transformers' names of one attention layer under `prefix`: {q,k,v}_proj and `out`, the
+    per-head norms {q,k}_{norm} where there are any, the projections' biases with `bias`."""
+    q, k, v, o = f"{prefix}q_proj", f"{prefix}k_proj", f"{prefix}v_proj", prefix + out
+    norms = {"q_norm": f"{prefix}q_{norm}.weight", "k_norm": f"{prefix}k_{norm}.weight"} if norm else {}
+    biases = {"q_bias": q + ".bias", "k_bias": k + ".bias", "v_bias": v + ".bias", "o_bias": o + ".bias"} if bias else {}
+    return AttentionNames(q + ".weight", k + ".weight", v + ".weight", o + ".weight", **norms, **biases)
+
+
+def attention_shapes(spec: AttentionSpec, names: AttentionNames, hidden: int) -> dict[str, tuple[int, ...]]:
+    """The checkpoint shapes of one attention layer (nn.Linear [out, in]); with the output gate
+    q_proj also holds the gate's rows."""
+    q, kv = spec.q_size * (2 if spec.output_gate else 1), spec.kv_size
+    shapes = {names.q: (q, hidden), names.k: (kv, hidden), names.v: (kv, hidden), names.o: (hidden, spec.q_size)}
+    if names.q_norm:
+        shapes |= {names.q_norm: (spec.head_dim,), names.k_norm: (spec.head_dim,)}
+    if names.q_bias:
+        shapes |= {names.q_bias: (q,), names.k_bias: (kv,), names.v_bias: (kv,), names.o_bias: (hidden,)}
+    return shapes
 
 
 def norm_gain(weight: torch.Tensor, kind: str | None) -> torch.Tensor:
@@ -162,6 +188,10 @@ class DeltaRuleSpec:
     @property
     def value_dim(self) -> int:
         return self.v_heads * self.v_dim
+
+    @property
+    def conv_dim(self) -> int:  # the conv's channels: q | k | v
+        return 2 * self.key_dim + self.value_dim
 
     @property
     def group(self) -> int:
@@ -281,3 +311,12 @@ class ReluSquaredMLP(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         a = torch.relu(self.up(h))
         return self.down(a * a)
+
+
+def norm_head(src: TensorSource, b: WeightBuilder, head: str, norm: str, eps: float,
+              gain: torch.Tensor | None = None, bias: str | None = None) -> NormHead:  # fmt: skip
+    """The final norm and the LM head (stored [in, out], logits in the recipe's dtype): an
+    RMSNorm of gain `gain` (default: the checkpoint's `norm` as it is), or a LayerNorm with `bias`."""
+    weight = b.vector(norm, src[norm] if gain is None else gain, Role.NORM)
+    shift = b.vector(bias, src[bias], Role.NORM) if bias else None
+    return NormHead(b.matmul(head, src[head].t(), Role.HEAD, out_dtype=b.recipe.logits_dtype), weight, eps, bias=shift)

@@ -1,5 +1,6 @@
 """What every architecture's loader shares: typed, bounded reads of config.json values, the
-one-line refusal of an option ssmport does not support, and the tied-head rule.
+one-line refusal of an option ssmport does not support, the tied-head rule, the layer count
+read from tensor names, and the strictly checked canonical-name view of a checkpoint.
 
 Bounds are checked before anything is sized from a value: a layer count of 10^9 or a width
 of 10^12 in a damaged config.json is refused in one line naming the key, instead of being
@@ -15,6 +16,7 @@ from typing import Any
 
 import torch
 
+from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 
 MAX_LAYERS = 1024  # the deepest released models have ~128
@@ -79,13 +81,23 @@ class ConfigReader:
         return value
 
     def unsupported(self, what: str) -> CheckpointError:
-        return CheckpointError(f"{self.origin}: {self.family} config with {what} is not supported")
+        return unsupported(self.origin, self.family, what)
 
     def refuse(self, checks: Mapping[str, bool]) -> None:
         """Raise `unsupported` for the first check that is True ({description: present})."""
-        for what, present in checks.items():
-            if present:
-                raise self.unsupported(what)
+        refuse(self.origin, self.family, checks)
+
+
+def unsupported(origin: str, family: str, what: str) -> CheckpointError:
+    return CheckpointError(f"{origin}: {family} config with {what} is not supported")
+
+
+def refuse(origin: str, family: str, checks: Mapping[str, bool]) -> None:
+    """Raise `unsupported` for the first check that is True ({description: present}); also for
+    a config already built (its `validate`), where there is no reader."""
+    for what, present in checks.items():
+        if present:
+            raise unsupported(origin, family, what)
 
 
 def json_float(value: Any, what: str) -> float:
@@ -99,6 +111,20 @@ def json_float(value: Any, what: str) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):  # "1e-5" (a string) is refused too
         raise CheckpointError(f"{what}={value!r} is not a number")
     return float(value)
+
+
+def dt_limit(r: ConfigReader, key: str) -> tuple[float, float | None]:
+    """A Mamba-2 dt clamp (lo, hi) from config.json (`time_step_limit`, mamba_ssm's `dt_limit`),
+    hi = None for "no upper bound" (JSON cannot say inf portably); absent or null: (0, None)."""
+    limit = r.raw(key, None)
+    if limit is None:
+        return 0.0, None
+    if not isinstance(limit, (list, tuple)) or len(limit) != 2:
+        raise CheckpointError(f"{r.origin}: time_step_limit / dt_limit {limit!r} is not a pair of numbers")
+    lo, hi = (json_float(v, f"{r.origin}: config.json {key}") for v in limit)
+    if math.isnan(lo) or math.isnan(hi) or lo < 0 or hi < lo:
+        raise CheckpointError(f"{r.origin}: config.json {key}={limit!r} is not a range 0 <= lo <= hi")
+    return lo, (None if math.isinf(hi) else hi)
 
 
 def conv_f32(t: torch.Tensor) -> torch.Tensor:
@@ -118,11 +144,16 @@ def head_name(tied: bool, source, head: str, embedding: str) -> str:
     return embedding if tied and head not in source else head
 
 
+def layer_count(source, prefix: str) -> int:
+    """1 + the highest layer index in the checkpoint's tensor names `{prefix}N.*` (0 if none)."""
+    present = {int(n[len(prefix) :].split(".", 1)[0]) for n in source if n.startswith(prefix) and n[len(prefix) :].split(".", 1)[0].isdigit()}
+    return max(present) + 1 if present else 0
+
+
 def check_layer_count(layers: int, source, prefix: str, origin: str) -> None:
     """The config's layer count must be the checkpoint's: compared on tensor names before any
     shape table is built from it."""
-    present = {int(n[len(prefix) :].split(".", 1)[0]) for n in source if n.startswith(prefix) and n[len(prefix) :].split(".", 1)[0].isdigit()}
-    found = max(present) + 1 if present else 0
+    found = layer_count(source, prefix)
     if found != layers:
         raise CheckpointError(f"{origin}: config.json says {layers} layers but the checkpoint holds {found} ({prefix}N.*)")
 
@@ -140,3 +171,19 @@ def renamed(canonical: Iterable[str], rules: Sequence[tuple[str, str, Callable]]
         else:
             raise KeyError(f"no checkpoint name rule for {name}")  # a bug in the rules, not user input
     return out
+
+
+def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
+                 conv_suffix: str | None, what: str, optional: Mapping[str, tuple[int, ...]] | None = None,
+                 skipped: Mapping[str, tuple[str, int]] | None = None) -> MappedSource:  # fmt: skip
+    """The canonical-name view of a checkpoint (fp32), after one strict check of every name and shape.
+    `renamed`: canonical -> checkpoint name where they differ (a tied head: the embedding);
+    depthwise convs (names ending in `conv_suffix`, if given) are read [C, 1, K] and squeezed to
+    [C, K]; `optional`: checkpoint tensors that may be present, with these shapes, and are not
+    read; `skipped`: groups left out by prefix, for the manifest ({prefix: (what, count)})."""
+    names = {n: (renamed.get(n, n), conv_f32 if conv_suffix and n.endswith(conv_suffix) else as_f32) for n in canonical}
+    native_shapes = native_conv_shapes(canonical, conv_suffix) if conv_suffix else canonical
+    optional = dict(optional or {})
+    expected = {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()} | optional
+    check_strict(source, expected, frozenset(optional), what=what)
+    return MappedSource(source, names, canonical, skipped)

@@ -38,6 +38,17 @@ class PackagedArchitecture(Architecture):
         return self.role(name) in self.keep_float_roles
 
 
+class Reference:
+    """What every package's reference starts from: its config, and each canonical weight read
+    once in fp32 (`shapes`: the package's canonical_shapes, as a staticmethod)."""
+
+    shapes: Callable[[Any], dict[str, tuple[int, ...]]]
+
+    def __init__(self, cfg, weights: TensorSource):
+        self.cfg = cfg
+        self.w = {name: weights[name].float() for name in self.shapes(cfg)}
+
+
 def package_parts(config_class: type, reference_class: type, checkpoints, synthetic, block, quant) -> dict[str, Any]:
     """The keyword arguments of a `PackagedArchitecture` from its package's modules, which
     follow one naming: checkpoints.canonical_shapes, synthetic.synthetic_init, block.build,

@@ -9,11 +9,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
+from ssmport.graph import Embedding, Step
 from ssmport.models.gated_deltanet.checkpoints import layer
 from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig
 from ssmport.models.gated_deltanet.quant import role
-from ssmport.models.layers import DeltaRuleMixer, DeltaRuleNames, DeltaRuleSpec
+from ssmport.models.layers import DeltaRuleMixer, DeltaRuleNames, DeltaRuleSpec, norm_head
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 
@@ -67,6 +67,4 @@ class GatedDeltaNetBlock(nn.Module):
 def build(cfg: GatedDeltaNetConfig, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table("model.embeddings.weight", src["model.embeddings.weight"], "embedding"))
     blocks = [GatedDeltaNetBlock(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector("model.norm.weight", src["model.norm.weight"], "norm")
-    head = b.matmul("lm_head.weight", src["lm_head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.norm_eps)
+    return embed, blocks, norm_head(src, b, "lm_head.weight", "model.norm.weight", cfg.norm_eps)

@@ -15,19 +15,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.checkpoint import TensorSource
 from ssmport.models.gated_deltanet.checkpoints import canonical_shapes, layer
-from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig
+from ssmport.models.package import Reference
 from ssmport.ops import delta_rule
 from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
 
 L2NORM_EPS = delta_rule.QK_L2NORM_EPS  # fla's in-kernel q/k normalisation: x / sqrt(sum(x^2) + 1e-6)
 
 
-class GatedDeltaNetReference:
-    def __init__(self, cfg: GatedDeltaNetConfig, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+class GatedDeltaNetReference(Reference):
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict[str, list]:
         c = self.cfg

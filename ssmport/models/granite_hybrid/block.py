@@ -8,12 +8,12 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
-from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, layer
+from ssmport.graph import Embedding, Step
+from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
 from ssmport.models.granite_hybrid.quant import role
 from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, AttentionNames, SwiGLU
+from ssmport.models.layers import AttentionMixer, SwiGLU, norm_head
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 
@@ -40,9 +40,7 @@ class GraniteHybridLayer(nn.Module):
         if cfg.layer_types[i] == MAMBA:
             self.mixer = Mamba2StateMixer(cfg.mixer, p + "mamba.", src, b, role)
         else:
-            a = p + "self_attn."
-            bias = {f"{n}_bias": f"{a}{n}_proj.bias" for n in "qkvo"} if cfg.attention_bias else {}
-            self.mixer = AttentionMixer(cfg.attention, AttentionNames(*(f"{a}{n}_proj.weight" for n in "qkvo"), **bias), src, b)
+            self.mixer = AttentionMixer(cfg.attention, attention(cfg, i), src, b)
         self.states = self.mixer.states
         self.mlp = SwiGLU(None, None, p + "shared_mlp.output_linear.weight", src, b, fused=p + "shared_mlp.input_linear.weight")
 
@@ -57,6 +55,5 @@ def build(cfg: GraniteHybridConfig, src: TensorSource, b: WeightBuilder):
     norm's gain (lm_head(w * x̂) / s = lm_head((w / s) * x̂): one per-channel vector, no extra op)."""
     embed = ScaledEmbedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)), cfg.embedding_multiplier)
     blocks = [GraniteHybridLayer(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector(FINAL_NORM, src[FINAL_NORM].float() / cfg.logits_scaling, role(FINAL_NORM))
-    head = b.matmul(HEAD, src[HEAD].t(), role(HEAD), out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.norm_eps)
+    gain = src[FINAL_NORM].float() / cfg.logits_scaling
+    return embed, blocks, norm_head(src, b, HEAD, FINAL_NORM, cfg.norm_eps, gain=gain)

@@ -8,8 +8,8 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig, from_transformers
-from ssmport.models.hybrid import checked_view
-from ssmport.models.loading import check_layer_count, head_name
+from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.mamba2.checkpoints import mixer_shapes
 
 EMBEDDING, HEAD, FINAL_NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
@@ -19,9 +19,12 @@ def layer(i: int) -> str:
     return f"model.layers.{i}."
 
 
+def attention(cfg: GraniteHybridConfig, i: int) -> AttentionNames:
+    return attention_names(layer(i) + "self_attn.", bias=cfg.attention_bias)
+
+
 def canonical_shapes(cfg: GraniteHybridConfig) -> dict[str, tuple[int, ...]]:
-    H, V, F, hd = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size, cfg.head_dim
-    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    H, V, F = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
     shapes: dict[str, tuple[int, ...]] = {EMBEDDING: (V, H)}
     for i, kind in enumerate(cfg.layer_types):
         p = layer(i)
@@ -29,11 +32,7 @@ def canonical_shapes(cfg: GraniteHybridConfig) -> dict[str, tuple[int, ...]]:
         if kind == MAMBA:
             shapes |= mixer_shapes(cfg.mixer, p + "mamba.", H)
         else:
-            a = p + "self_attn."
-            shapes |= {a + "q_proj.weight": (q, H), a + "k_proj.weight": (kv, H), a + "v_proj.weight": (kv, H),
-                       a + "o_proj.weight": (H, q)}  # fmt: skip
-            if cfg.attention_bias:
-                shapes |= {a + "q_proj.bias": (q,), a + "k_proj.bias": (kv,), a + "v_proj.bias": (kv,), a + "o_proj.bias": (H,)}
+            shapes |= attention_shapes(cfg.attention, attention(cfg, i), H)
         shapes |= {p + "shared_mlp.input_linear.weight": (2 * F, H), p + "shared_mlp.output_linear.weight": (H, F)}
     return shapes | {FINAL_NORM: (H,), HEAD: (V, H)}
 

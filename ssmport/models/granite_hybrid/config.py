@@ -56,9 +56,6 @@ class GraniteHybridConfig(HybridConfig):
     context: int = DEFAULT_CONTEXT  # positions the KV cache holds (--context)
     max_position_embeddings: int = MAX_CONTEXT  # what the model was trained for: --context's bound
 
-    def __post_init__(self):
-        object.__setattr__(self, "layer_types", tuple(self.layer_types))  # a JSON list reads back equal
-
     @property
     def mixer(self) -> MixerSpec:
         return MixerSpec(self.mamba_heads, self.mamba_head_dim, self.state_size, self.n_groups, self.conv_kernel,

@@ -14,26 +14,23 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.checkpoint import TensorSource
-from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, canonical_shapes, layer
-from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
+from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
+from ssmport.models.granite_hybrid.config import ATTENTION, MAMBA
 from ssmport.models.hybrid import attention_step
 from ssmport.models.mamba2.reference import mixer_step
+from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive
 
 
-class GraniteHybridReference:
+class GraniteHybridReference(Reference):
     """State: per Mamba-2 layer its conv window [conv_dim, K] and SSM state [H, P, N]; per
     attention layer the K and V rows of every token so far; the position."""
 
-    def __init__(self, cfg: GraniteHybridConfig, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
         c, m = self.cfg, self.cfg.mixer
-        mambas = [i for i, kind in enumerate(c.layer_types) if kind == MAMBA]
-        attns = [i for i, kind in enumerate(c.layer_types) if kind != MAMBA]
+        mambas, attns = c.layer_indices(MAMBA), c.layer_indices(ATTENTION)
         return {"position": 0, "conv": {i: torch.zeros(m.conv_dim, m.conv_kernel) for i in mambas},
                 "ssm": {i: torch.zeros(m.num_heads, m.head_dim, m.state_size) for i in mambas},
                 "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
@@ -58,8 +55,5 @@ class GraniteHybridReference:
         return out
 
     def _attention(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        a = layer(i) + "self_attn."
-        w = {n: self.w[f"{a}{n}_proj.weight"] for n in "qkvo"}
-        if self.cfg.attention_bias:
-            w |= {f"{n}_bias": self.w[f"{a}{n}_proj.bias"] for n in "qkvo"}
+        w = attention(self.cfg, i).read(self.w)
         return attention_step(self.cfg.attention, w, h, state["K"][i], state["V"][i], state["position"])

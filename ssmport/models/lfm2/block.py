@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
+from ssmport.graph import Embedding, Step
 from ssmport.models.hybrid import CONV_STATES
-from ssmport.models.layers import AttentionMixer, AttentionNames, SwiGLU
-from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, layer
+from ssmport.models.layers import AttentionMixer, SwiGLU, norm_head
+from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, attention, layer
 from ssmport.models.lfm2.config import CONV, Lfm2Config
 from ssmport.models.lfm2.quant import role
 from ssmport.ops.conv import causal_conv
@@ -62,10 +62,7 @@ class Lfm2Layer(nn.Module):
         if cfg.layer_types[i] == CONV:
             self.op = GatedShortConv(cfg, i, src, b)
         else:
-            a = p + "self_attn."
-            names = AttentionNames(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight", a + "out_proj.weight",
-                                   q_norm=a + "q_layernorm.weight", k_norm=a + "k_layernorm.weight")  # fmt: skip
-            self.op = AttentionMixer(cfg.attention, names, src, b)
+            self.op = AttentionMixer(cfg.attention, attention(i), src, b)
         self.states = self.op.states
         f = p + "feed_forward."
         self.mlp = SwiGLU(f + "w1.weight", f + "w3.weight", f + "w2.weight", src, b)
@@ -79,6 +76,4 @@ class Lfm2Layer(nn.Module):
 def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)))
     blocks = [Lfm2Layer(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector("model.embedding_norm.weight", src["model.embedding_norm.weight"], role("model.embedding_norm.weight"))
-    head = b.matmul(HEAD, src[HEAD].t(), role(HEAD), out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.norm_eps)
+    return embed, blocks, norm_head(src, b, HEAD, "model.embedding_norm.weight", cfg.norm_eps)

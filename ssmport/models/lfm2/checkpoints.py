@@ -8,9 +8,9 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import CONV
+from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
 from ssmport.models.lfm2.config import Lfm2Config, from_transformers
-from ssmport.models.hybrid import checked_view
-from ssmport.models.loading import check_layer_count, head_name
+from ssmport.models.loading import check_layer_count, checked_view, head_name
 
 EMBEDDING, HEAD = "model.embed_tokens.weight", "lm_head.weight"
 CONV_WEIGHT = "conv.conv.weight"
@@ -20,9 +20,12 @@ def layer(i: int) -> str:
     return f"model.layers.{i}."
 
 
+def attention(i: int) -> AttentionNames:
+    return attention_names(layer(i) + "self_attn.", out="out_proj", norm="layernorm")
+
+
 def canonical_shapes(cfg: Lfm2Config) -> dict[str, tuple[int, ...]]:
-    H, V, F, hd = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size, cfg.head_dim
-    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    H, V, F = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
     shapes: dict[str, tuple[int, ...]] = {EMBEDDING: (V, H)}
     for i, kind in enumerate(cfg.layer_types):
         p = layer(i)
@@ -33,9 +36,7 @@ def canonical_shapes(cfg: Lfm2Config) -> dict[str, tuple[int, ...]]:
             if cfg.conv_bias:
                 shapes |= {c + "in_proj.bias": (3 * H,), c + "conv.bias": (H,), c + "out_proj.bias": (H,)}
         else:
-            a = p + "self_attn."
-            shapes |= {a + "q_proj.weight": (q, H), a + "k_proj.weight": (kv, H), a + "v_proj.weight": (kv, H),
-                       a + "out_proj.weight": (H, q), a + "q_layernorm.weight": (hd,), a + "k_layernorm.weight": (hd,)}  # fmt: skip
+            shapes |= attention_shapes(cfg.attention, attention(i), H)
         f = p + "feed_forward."
         shapes |= {f + "w1.weight": (F, H), f + "w3.weight": (F, H), f + "w2.weight": (H, F)}
     return shapes | {"model.embedding_norm.weight": (H,), HEAD: (V, H)}

@@ -40,9 +40,6 @@ class Lfm2Config(HybridConfig):
     context: int = DEFAULT_CONTEXT  # positions the KV cache holds (--context)
     max_position_embeddings: int = MAX_CONTEXT  # what the model was trained for: --context's bound
 
-    def __post_init__(self):
-        object.__setattr__(self, "layer_types", tuple(self.layer_types))  # a JSON list reads back equal
-
     @property
     def conv_layers(self) -> int:
         return self.layers_of(CONV)

@@ -16,25 +16,22 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import attention_step
-from ssmport.models.lfm2.checkpoints import EMBEDDING, HEAD, canonical_shapes, layer
-from ssmport.models.lfm2.config import CONV, Lfm2Config
+from ssmport.models.lfm2.checkpoints import EMBEDDING, HEAD, attention, canonical_shapes, layer
+from ssmport.models.lfm2.config import ATTENTION, CONV
+from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive
 
 
-class Lfm2Reference:
+class Lfm2Reference(Reference):
     """State: per conv layer the last K conv inputs [H, K] (oldest first); per attention layer
     the K and V rows of every token so far; the position."""
 
-    def __init__(self, cfg: Lfm2Config, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
         c = self.cfg
-        convs = [i for i, kind in enumerate(c.layer_types) if kind == CONV]
-        attns = [i for i, kind in enumerate(c.layer_types) if kind != CONV]
+        convs, attns = c.layer_indices(CONV), c.layer_indices(ATTENTION)
         return {"position": 0, "conv": {i: torch.zeros(c.hidden_size, c.conv_kernel) for i in convs},
                 "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
 
@@ -60,8 +57,4 @@ class Lfm2Reference:
         return self.w[p + "out_proj.weight"] @ (C * y) + bias("out_proj.bias")
 
     def _attention(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        a = layer(i) + "self_attn."
-        w = {"q": self.w[a + "q_proj.weight"], "k": self.w[a + "k_proj.weight"], "v": self.w[a + "v_proj.weight"],
-             "o": self.w[a + "out_proj.weight"], "q_norm": self.w[a + "q_layernorm.weight"],
-             "k_norm": self.w[a + "k_layernorm.weight"]}  # fmt: skip
-        return attention_step(self.cfg.attention, w, h, state["K"][i], state["V"][i], state["position"])
+        return attention_step(self.cfg.attention, attention(i).read(self.w), h, state["K"][i], state["V"][i], state["position"])

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
+from ssmport.graph import Embedding, Step
+from ssmport.models.layers import norm_head
 from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
 from ssmport.models.mamba2.quant import role
 from ssmport.ops import ssd
@@ -112,6 +113,4 @@ def build(cfg: Mamba2Config, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table("embeddings.weight", src["embeddings.weight"], "embedding"))
     residual = torch.float32 if cfg.residual_in_fp32 else b.recipe.float_dtype
     blocks = [Mamba2Block(cfg, i, src, b, residual) for i in range(cfg.num_layers)]
-    norm = b.vector("norm_f.weight", src["norm_f.weight"], "norm")
-    head = b.matmul("lm_head.weight", src["lm_head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.norm_eps)
+    return embed, blocks, norm_head(src, b, "lm_head.weight", "norm_f.weight", cfg.norm_eps)

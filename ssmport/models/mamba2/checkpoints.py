@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import ConfigReader, as_f32, check_layer_count, conv_f32, head_name, native_conv_shapes
+from ssmport.models.loading import ConfigReader, check_layer_count, checked_view, head_name
 from ssmport.models.mamba2.config import Mamba2Config, MixerSpec, from_mamba_ssm, from_transformers, is_mamba_ssm
 
 
@@ -33,10 +33,10 @@ def canonical_shapes(cfg: Mamba2Config) -> dict[str, tuple[int, ...]]:
     return shapes | {"norm_f.weight": (D,), "lm_head.weight": (V, D)}
 
 
-def checkpoint_names(cfg: Mamba2Config, embedding: str, head: str) -> dict[str, tuple[str, Any]]:
-    """canonical name -> (checkpoint name, transform). Both layouts prefix "backbone."."""
-    names = {n: (f"backbone.{n}", conv_f32 if n.endswith("conv1d.weight") else as_f32) for n in canonical_shapes(cfg)}
-    return names | {"embeddings.weight": (embedding, as_f32), "lm_head.weight": (head, as_f32)}
+def checkpoint_names(cfg: Mamba2Config, embedding: str, head: str) -> dict[str, str]:
+    """canonical name -> checkpoint name. Both layouts prefix "backbone."."""
+    names = {n: f"backbone.{n}" for n in canonical_shapes(cfg)}
+    return names | {"embeddings.weight": embedding, "lm_head.weight": head}
 
 
 def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Mamba2Config, TensorSource]:
@@ -53,9 +53,5 @@ def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Mamba2Config, Ten
         cfg, tied, layout = from_transformers(cj, source.origin), flags.bool("tie_word_embeddings", False), "transformers layout"
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "backbone.layers.", source.origin)
-    canonical = canonical_shapes(cfg)
     names = checkpoint_names(cfg, embedding, head_name(tied, source, "lm_head.weight", embedding))
-    native_shapes = native_conv_shapes(canonical, "conv1d.weight")
-    native = {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()}
-    check_strict(source, native, what=f"Mamba-2 {cfg.describe()} ({layout})")
-    return cfg, MappedSource(source, names, canonical)
+    return cfg, checked_view(source, canonical_shapes(cfg), names, "conv1d.weight", f"Mamba-2 {cfg.describe()} ({layout})")

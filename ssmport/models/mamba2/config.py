@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import ConfigReader, json_float
+from ssmport.models.loading import ConfigReader, dt_limit
 
 NEOX_VOCAB_ROWS = 50288  # GPT-NeoX's 50,277 tokens padded to a multiple of 16 (state-spaces releases)
 
@@ -120,19 +119,6 @@ PRESETS = (
             "n_groups": 2, "conv_kernel": 4},
            "test model: L2 D128, H8 P32 N48, 2 groups, synthetic weights from a fixed seed", released=False),
 )  # fmt: skip
-
-
-def dt_limit(r: ConfigReader, key: str) -> tuple[float, float | None]:
-    """(lo, hi) of dt's clamp, hi = None for "no upper bound" (JSON cannot say inf portably)."""
-    limit = r.raw(key, None)
-    if limit is None:
-        return 0.0, None
-    if not isinstance(limit, (list, tuple)) or len(limit) != 2:
-        raise CheckpointError(f"{r.origin}: time_step_limit / dt_limit {limit!r} is not a pair of numbers")
-    lo, hi = (json_float(v, f"{r.origin}: config.json {key}") for v in limit)
-    if math.isnan(lo) or math.isnan(hi) or lo < 0 or hi < lo:
-        raise CheckpointError(f"{r.origin}: config.json {key}={limit!r} is not a range 0 <= lo <= hi")
-    return lo, (None if math.isinf(hi) else hi)
 
 
 def from_transformers(cj: Mapping[str, Any], origin: str) -> Mamba2Config:

@@ -16,19 +16,17 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.checkpoint import TensorSource
 from ssmport.models.mamba2.checkpoints import canonical_shapes
-from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
+from ssmport.models.mamba2.config import MixerSpec
+from ssmport.models.package import Reference
 from ssmport.ops import ssd
 from ssmport.ops.norms import rms_norm_naive
 
 
-class Mamba2Reference:
+class Mamba2Reference(Reference):
     """State per layer: conv [conv_dim, K], the last K conv inputs (oldest first); ssm [H, P, N]."""
 
-    def __init__(self, cfg: Mamba2Config, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict[str, list[torch.Tensor]]:
         c = self.cfg

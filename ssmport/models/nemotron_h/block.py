@@ -8,10 +8,10 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
+from ssmport.graph import Embedding, Step
 from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, AttentionNames, ReluSquaredMLP
-from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, layer
+from ssmport.models.layers import AttentionMixer, ReluSquaredMLP, norm_head
+from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig
 from ssmport.models.nemotron_h.quant import role
 from ssmport.ops.norms import rms_norm
@@ -29,7 +29,7 @@ class NemotronHLayer(nn.Module):
         if kind == MAMBA:
             self.mixer = Mamba2StateMixer(cfg.mixer, m, src, b, role)
         elif kind == ATTENTION:
-            self.mixer = AttentionMixer(cfg.attention, AttentionNames(*(f"{m}{n}_proj.weight" for n in "qkvo")), src, b)
+            self.mixer = AttentionMixer(cfg.attention, attention(i), src, b)
         else:
             self.mixer = ReluSquaredMLP(m + "up_proj.weight", m + "down_proj.weight", src, b)
         self.states = getattr(self.mixer, "states", ())
@@ -45,6 +45,4 @@ class NemotronHLayer(nn.Module):
 def build(cfg: NemotronHConfig, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)))
     blocks = [NemotronHLayer(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector(FINAL_NORM, src[FINAL_NORM], role(FINAL_NORM))
-    head = b.matmul(HEAD, src[HEAD].t(), role(HEAD), out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.norm_eps)
+    return embed, blocks, norm_head(src, b, HEAD, FINAL_NORM, cfg.norm_eps)

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.hybrid import checked_view
-from ssmport.models.loading import check_layer_count
+from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.loading import check_layer_count, checked_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig, from_transformers
 
@@ -21,9 +21,12 @@ def layer(i: int) -> str:
     return f"layers.{i}."
 
 
+def attention(i: int) -> AttentionNames:
+    return attention_names(layer(i) + "mixer.")
+
+
 def canonical_shapes(cfg: NemotronHConfig) -> dict[str, tuple[int, ...]]:
-    H, V, F, hd = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size, cfg.head_dim
-    q, kv = cfg.num_heads * hd, cfg.num_kv_heads * hd
+    H, V, F = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
     shapes: dict[str, tuple[int, ...]] = {EMBEDDING: (V, H)}
     for i, kind in enumerate(cfg.layer_types):
         p, m = layer(i), layer(i) + "mixer."
@@ -31,8 +34,7 @@ def canonical_shapes(cfg: NemotronHConfig) -> dict[str, tuple[int, ...]]:
         if kind == MAMBA:
             shapes |= mixer_shapes(cfg.mixer, m, H)
         elif kind == ATTENTION:
-            shapes |= {m + "q_proj.weight": (q, H), m + "k_proj.weight": (kv, H), m + "v_proj.weight": (kv, H),
-                       m + "o_proj.weight": (H, q)}  # fmt: skip
+            shapes |= attention_shapes(cfg.attention, attention(i), H)
         else:
             shapes |= {m + "up_proj.weight": (F, H), m + "down_proj.weight": (H, F)}
     return shapes | {FINAL_NORM: (H,), HEAD: (V, H)}

@@ -13,26 +13,23 @@ from __future__ import annotations
 
 import torch
 
-from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import attention_step
 from ssmport.models.mamba2.reference import mixer_step
-from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, canonical_shapes, layer
-from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig
+from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
+from ssmport.models.nemotron_h.config import ATTENTION, MAMBA
+from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive
 
 
-class NemotronHReference:
+class NemotronHReference(Reference):
     """State: per Mamba-2 layer its conv window [conv_dim, K] and SSM state [H, P, N]; per
     attention layer the K and V rows of every token so far; the position. MLP layers hold none."""
 
-    def __init__(self, cfg: NemotronHConfig, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
         c, m = self.cfg, self.cfg.mixer
-        mambas = [i for i, kind in enumerate(c.layer_types) if kind == MAMBA]
-        attns = [i for i, kind in enumerate(c.layer_types) if kind == ATTENTION]
+        mambas, attns = c.layer_indices(MAMBA), c.layer_indices(ATTENTION)
         return {"position": 0, "conv": {i: torch.zeros(m.conv_dim, m.conv_kernel) for i in mambas},
                 "ssm": {i: torch.zeros(m.num_heads, m.head_dim, m.state_size) for i in mambas},
                 "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
@@ -47,8 +44,7 @@ class NemotronHReference:
             if kind == MAMBA:
                 out, state["conv"][i] = mixer_step(c.mixer, mixer, h, state["conv"][i], state["ssm"][i])
             elif kind == ATTENTION:
-                attn = {n: mixer[f"{n}_proj.weight"] for n in "qkvo"}
-                out = attention_step(c.attention, attn, h, state["K"][i], state["V"][i], state["position"])
+                out = attention_step(c.attention, attention(i).read(w), h, state["K"][i], state["V"][i], state["position"])
             else:
                 out = mixer["down_proj.weight"] @ torch.relu(mixer["up_proj.weight"] @ h) ** 2
             x = x + out

@@ -11,10 +11,11 @@ import torch
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
+from ssmport.models.hybrid import HybridArchitecture
 from ssmport.models.layers import KEY_CACHE, VALUE_CACHE
-from ssmport.models.package import PackagedArchitecture, package_parts
+from ssmport.models.package import package_parts
 from ssmport.models.qwen3_5 import block, checkpoints, quant, synthetic
-from ssmport.models.qwen3_5.config import PRESETS, Qwen35Config, with_context
+from ssmport.models.qwen3_5.config import LINEAR, PRESETS, Qwen35Config
 from ssmport.models.qwen3_5.reference import Qwen35Reference
 from ssmport.state import KV, StateSpec
 
@@ -28,7 +29,7 @@ REFUSED_TYPES = {
 
 
 @dataclass
-class _Qwen35(PackagedArchitecture):
+class _Qwen35(HybridArchitecture):  # the hybrids' context and apple layout, its own loader and states
     def matches_hf_config(self, config_json: Mapping[str, Any]) -> bool:
         return config_json.get("model_type") in (*TEXT_TYPES, *REFUSED_TYPES) or super().matches_hf_config(config_json)
 
@@ -43,12 +44,6 @@ class _Qwen35(PackagedArchitecture):
         raise CheckpointError(f"{source.origin}: Qwen3.5 weights load from a Hugging Face folder (config.json + "
                               "safetensors), not a bare .pth")  # fmt: skip
 
-    def with_context(self, config: Qwen35Config, context: int) -> Qwen35Config:
-        return with_context(config, context)
-
-    def apple_state_splits(self, config: Qwen35Config) -> list:
-        return []  # already Apple's four states (its KV caches get a dynamic position axis there)
-
     def state_specs(self, config: Qwen35Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config
         kv = (c.attention_layers, 1, c.num_key_value_heads, c.context, c.head_dim)
@@ -56,9 +51,9 @@ class _Qwen35(PackagedArchitecture):
         return [
             StateSpec(KEY_CACHE, kv, state_dtype, kv_layout, KV),
             StateSpec(VALUE_CACHE, kv, state_dtype, kv_layout.removesuffix(" (K after k-norm and RoPE)"), KV),
-            StateSpec(block.CONV_STATES, (c.linear_layers, 1, c.linear_conv_kernel_dim, c.conv_dim), state_dtype,
+            StateSpec(block.CONV_STATES, (c.layers_of(LINEAR), 1, c.linear_conv_kernel_dim, c.delta_rule.conv_dim), state_dtype,
                       "[linear layer, batch, conv tap (oldest first), channel (q | k | v pre-conv)]"),
-            StateSpec(block.RECURRENT_STATES, (c.linear_layers, 1, c.linear_num_value_heads, c.linear_key_head_dim,
+            StateSpec(block.RECURRENT_STATES, (c.layers_of(LINEAR), 1, c.linear_num_value_heads, c.linear_key_head_dim,
                                                c.linear_value_head_dim), state_dtype,
                       "[linear layer, batch, value head, key, value]"),
         ]  # fmt: skip

@@ -12,42 +12,23 @@ from __future__ import annotations
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
-from ssmport.models.layers import (
-    CONV_STATES, RECURRENT_STATES, AttentionMixer, AttentionNames, AttentionSpec, DeltaRuleMixer, DeltaRuleNames,
-    DeltaRuleSpec, SwiGLU, norm_gain,
-)  # fmt: skip
-from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, layer
-from ssmport.models.qwen3_5.config import FULL, Qwen35Config
+from ssmport.graph import Embedding, Step
+from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_gain, norm_head
+from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, layer
+from ssmport.models.qwen3_5.config import FULL, ZERO_CENTRED, Qwen35Config
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
-ZERO_CENTRED = "rms_offset"  # x / rms(x) * (1 + w)
 
-
-def attention_layer(cfg: Qwen35Config, i: int) -> tuple[AttentionSpec, AttentionNames]:
-    a = layer(i) + "self_attn."
-    spec = AttentionSpec(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, rotary_dim=cfg.rotary_dim,
-                         rope_theta=cfg.rope_theta, qk_norm=ZERO_CENTRED, norm_eps=cfg.rms_norm_eps, output_gate=True,
-                         bias=cfg.attention_bias)  # fmt: skip
-    biases = {f"{n}_bias": f"{a}{n}_proj.bias" for n in "qkvo"} if cfg.attention_bias else {}
-    names = AttentionNames(*(f"{a}{n}_proj.weight" for n in "qkvo"), q_norm=a + "q_norm.weight",
-                           k_norm=a + "k_norm.weight", **biases)  # fmt: skip
-    return spec, names
-
-
-def delta_rule_layer(cfg: Qwen35Config, i: int) -> tuple[DeltaRuleSpec, DeltaRuleNames]:
+def delta_rule_names(i: int) -> DeltaRuleNames:
     a = layer(i) + "linear_attn."
-    spec = DeltaRuleSpec(cfg.linear_num_key_heads, cfg.linear_num_value_heads, cfg.linear_key_head_dim,
-                         cfg.linear_value_head_dim, cfg.linear_conv_kernel_dim, norm_eps=cfg.rms_norm_eps)  # fmt: skip
-    names = DeltaRuleNames(
+    return DeltaRuleNames(
         conv_input=(a + "in_proj_qkv.weight",), a=a + "in_proj_a.weight", b=a + "in_proj_b.weight",
         gate=a + "in_proj_z.weight", conv=(a + "conv1d.weight",), conv_bias=(), A_log=a + "A_log", dt_bias=a + "dt_bias",
         norm=a + "norm.weight", out=a + "out_proj.weight", fused_in=a + "{in_proj_qkv,in_proj_a,in_proj_b,in_proj_z}.weight",
         fused_conv=a + "conv1d.weight",
     )  # fmt: skip
-    return spec, names
 
 
 class Qwen35Block(nn.Module):
@@ -60,9 +41,9 @@ class Qwen35Block(nn.Module):
         gain = lambda n: b.vector(n, norm_gain(src[n], ZERO_CENTRED), Role.NORM)  # noqa: E731
         self.input_norm, self.post_norm = gain(p + "input_layernorm.weight"), gain(p + "post_attention_layernorm.weight")
         if cfg.layer_types[i] == FULL:
-            self.mixer = AttentionMixer(*attention_layer(cfg, i), src, b)
+            self.mixer = AttentionMixer(cfg.attention, attention(cfg, i), src, b)
         else:
-            self.mixer = DeltaRuleMixer(*delta_rule_layer(cfg, i), src, b, CONV_STATES, RECURRENT_STATES)
+            self.mixer = DeltaRuleMixer(cfg.delta_rule, delta_rule_names(i), src, b, CONV_STATES, RECURRENT_STATES)
         self.states = self.mixer.states
         self.mlp = SwiGLU(m + "gate_proj.weight", m + "up_proj.weight", m + "down_proj.weight", src, b)
 
@@ -75,8 +56,6 @@ class Qwen35Block(nn.Module):
 def build(cfg: Qwen35Config, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table(EMBED, src[EMBED], Role.EMBEDDING))
     blocks = [Qwen35Block(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm = b.vector(NORM, norm_gain(src[NORM], ZERO_CENTRED), Role.NORM)
     # A tied model's head is its embedding table (the source maps lm_head.weight to it), stored
     # a second time as [in, out]: the lookup and the matmul need different layouts.
-    head = b.matmul(HEAD, src[HEAD].t(), Role.HEAD, out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm, cfg.rms_norm_eps)
+    return embed, blocks, norm_head(src, b, HEAD, NORM, cfg.rms_norm_eps, gain=norm_gain(src[NORM], ZERO_CENTRED))

@@ -11,8 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
-from ssmport.models.loading import as_f32, check_layer_count, head_name
+from ssmport.checkpoint import TensorSource
+from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.qwen3_5.config import FULL, Qwen35Config, from_hf
 
 EMBED, HEAD, NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
@@ -25,25 +26,25 @@ def layer(i: int) -> str:
     return f"model.layers.{i}."
 
 
+def attention(cfg: Qwen35Config, i: int) -> AttentionNames:
+    return attention_names(layer(i) + "self_attn.", norm="norm", bias=cfg.attention_bias)
+
+
 def canonical_shapes(cfg: Qwen35Config) -> dict[str, tuple[int, ...]]:
-    C, F, V = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size
+    C, F, V, d = cfg.hidden_size, cfg.intermediate_size, cfg.vocab_size, cfg.delta_rule
     shapes: dict[str, tuple[int, ...]] = {EMBED: (V, C)}
     for i, kind in enumerate(cfg.layer_types):
         p = layer(i)
         shapes |= {p + "input_layernorm.weight": (C,), p + "post_attention_layernorm.weight": (C,),
                    p + "mlp.gate_proj.weight": (F, C), p + "mlp.up_proj.weight": (F, C), p + "mlp.down_proj.weight": (C, F)}
         if kind == FULL:
-            a, q, kv, hd = p + "self_attn.", cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.head_dim
-            shapes |= {a + "q_proj.weight": (2 * q, C), a + "k_proj.weight": (kv, C), a + "v_proj.weight": (kv, C),
-                       a + "o_proj.weight": (C, q), a + "q_norm.weight": (hd,), a + "k_norm.weight": (hd,)}
-            if cfg.attention_bias:
-                shapes |= {a + "q_proj.bias": (2 * q,), a + "k_proj.bias": (kv,), a + "v_proj.bias": (kv,), a + "o_proj.bias": (C,)}
+            shapes |= attention_shapes(cfg.attention, attention(cfg, i), C)
         else:
-            a, HV = p + "linear_attn.", cfg.linear_num_value_heads
-            shapes |= {a + "in_proj_qkv.weight": (cfg.conv_dim, C), a + "in_proj_z.weight": (cfg.value_dim, C),
+            a, HV = p + "linear_attn.", d.v_heads
+            shapes |= {a + "in_proj_qkv.weight": (d.conv_dim, C), a + "in_proj_z.weight": (d.value_dim, C),
                        a + "in_proj_b.weight": (HV, C), a + "in_proj_a.weight": (HV, C),
-                       a + "conv1d.weight": (cfg.conv_dim, 1, cfg.linear_conv_kernel_dim), a + "dt_bias": (HV,),
-                       a + "A_log": (HV,), a + "norm.weight": (cfg.linear_value_head_dim,), a + "out_proj.weight": (C, cfg.value_dim)}  # fmt: skip
+                       a + "conv1d.weight": (d.conv_dim, 1, d.conv_kernel), a + "dt_bias": (HV,),
+                       a + "A_log": (HV,), a + "norm.weight": (d.v_dim,), a + "out_proj.weight": (C, d.value_dim)}  # fmt: skip
     return shapes | {NORM: (C,), HEAD: (V, C)}
 
 
@@ -55,11 +56,9 @@ def load_hf(cj: Mapping[str, Any], source: TensorSource) -> tuple[Qwen35Config, 
     to_source = lambda name: prefix + name.removeprefix("model.") if name.startswith("model.") else name  # noqa: E731
     check_layer_count(cfg.num_layers, source, prefix + "layers.", source.origin)
     shapes = canonical_shapes(cfg)
-    head = head_name(cfg.tie_word_embeddings, source, HEAD, to_source(EMBED))
-    expected = {to_source(n): s for n, s in shapes.items() if not (head != HEAD and n == HEAD)}
+    renamed = {n: to_source(n) for n in shapes} | {HEAD: head_name(cfg.tie_word_embeddings, source, HEAD, to_source(EMBED))}
     skipped = {n: source.shape(n) for n in source if n.startswith(tuple(SKIPPED))}
     packaging = "Qwen3_5ForConditionalGeneration layout" if prefix == VLM_PREFIX else "Qwen3_5ForCausalLM layout"
-    check_strict(source, expected | skipped, frozenset(skipped), what=f"Qwen3.5 {cfg.describe()} ({packaging})")
-    mapping = {n: (to_source(n), as_f32) for n in shapes} | {HEAD: (head, as_f32)}
     counts = {p: sum(n.startswith(p) for n in skipped) for p in SKIPPED}
-    return cfg, MappedSource(source, mapping, shapes, skipped={p: (SKIPPED[p], k) for p, k in counts.items() if k})
+    return cfg, checked_view(source, shapes, renamed, None, f"Qwen3.5 {cfg.describe()} ({packaging})", optional=skipped,
+                             skipped={p: (SKIPPED[p], k) for p, k in counts.items() if k})  # fmt: skip

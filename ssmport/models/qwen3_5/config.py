@@ -9,10 +9,13 @@ from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
+from ssmport.models import hybrid
 from ssmport.models.hybrid import DEFAULT_CONTEXT, MAX_CONTEXT, check_context
-from ssmport.models.loading import ConfigReader
+from ssmport.models.layers import AttentionSpec, DeltaRuleSpec
+from ssmport.models.loading import ConfigReader, refuse
 
-LINEAR, FULL = "linear_attention", "full_attention"
+LINEAR, FULL = "linear_attention", "full_attention"  # transformers' kinds, as models/hybrid.py spells them
+ZERO_CENTRED = "rms_offset"  # Qwen3.5's RMSNorms: x / rms(x) * (1 + w)
 # The KV cache's positions unless --context says otherwise: DEFAULT_CONTEXT (4096, shared with
 # the other hybrids) keeps the cache of every released size phone-sized (fp32 state: 0.8B
 # 96 MiB, 9B 256 MiB; half that in fp16) and the decode cost of reading it small next to the
@@ -31,7 +34,7 @@ ROPE_DEFAULTS: dict[str, Any] = {"rope_type": "default", "rope_theta": 10000.0, 
 
 
 @dataclass(frozen=True)
-class Qwen35Config:
+class Qwen35Config(hybrid.HybridConfig):
     vocab_size: int
     hidden_size: int  # C
     intermediate_size: int  # F of the SwiGLU MLP
@@ -52,32 +55,17 @@ class Qwen35Config:
     max_position_embeddings: int = 262144
     context: int = DEFAULT_CONTEXT  # positions the KV cache holds (set at export: --context)
 
-    def __post_init__(self):  # JSON gives a list
-        object.__setattr__(self, "layer_types", tuple(self.layer_types))
+    @property
+    def attention(self) -> AttentionSpec:
+        """Gated attention: q/k zero-centred RMSNorm per head, partial RoPE, o * sigmoid(gate)."""
+        return AttentionSpec(self.num_attention_heads, self.num_key_value_heads, self.head_dim, rotary_dim=self.rotary_dim,
+                             rope_theta=self.rope_theta, qk_norm=ZERO_CENTRED, norm_eps=self.rms_norm_eps,
+                             output_gate=True, bias=self.attention_bias)  # fmt: skip
 
     @property
-    def num_layers(self) -> int:
-        return len(self.layer_types)
-
-    @property
-    def attention_layers(self) -> int:
-        return self.layer_types.count(FULL)
-
-    @property
-    def linear_layers(self) -> int:
-        return self.layer_types.count(LINEAR)
-
-    @property
-    def key_dim(self) -> int:
-        return self.linear_num_key_heads * self.linear_key_head_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.linear_num_value_heads * self.linear_value_head_dim
-
-    @property
-    def conv_dim(self) -> int:  # channels of the short conv: q | k | v
-        return 2 * self.key_dim + self.value_dim
+    def delta_rule(self) -> DeltaRuleSpec:
+        return DeltaRuleSpec(self.linear_num_key_heads, self.linear_num_value_heads, self.linear_key_head_dim,
+                             self.linear_value_head_dim, self.linear_conv_kernel_dim, norm_eps=self.rms_norm_eps)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self) | {"layer_types": list(self.layer_types)}
@@ -96,21 +84,14 @@ class Qwen35Config:
             f"a rotary dim of {self.rotary_dim} (head_dim {self.head_dim} x partial_rotary_factor): it must be even "
             "and at most head_dim": self.rotary_dim % 2 or not 0 <= self.rotary_dim <= self.head_dim,
         }  # fmt: skip
-        for what, present in problems.items():
-            if present:
-                raise CheckpointError(f"{origin}: Qwen3.5 config with {what} is not supported")
+        refuse(origin, "Qwen3.5", problems)
         check_context(self.context, self.max_position_embeddings)
 
     def describe(self) -> str:
-        return (f"(L={self.num_layers}: {self.linear_layers} linear + {self.attention_layers} full, C={self.hidden_size}, "
+        return (f"(L={self.num_layers}: {self.layers_of(LINEAR)} linear + {self.attention_layers} full, C={self.hidden_size}, "
                 f"heads {self.num_attention_heads}/{self.num_key_value_heads}x{self.head_dim}, linear "
                 f"{self.linear_num_key_heads}x{self.linear_key_head_dim}/{self.linear_num_value_heads}x"
                 f"{self.linear_value_head_dim}, V={self.vocab_size})")  # fmt: skip
-
-
-def with_context(cfg: Qwen35Config, context: int) -> Qwen35Config:
-    check_context(context, cfg.max_position_embeddings)
-    return replace(cfg, context=context)
 
 
 # --------------------------------------------------------------------------- config.json

@@ -23,10 +23,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.checkpoint import TensorSource
-from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, canonical_shapes, layer
-from ssmport.models.qwen3_5.config import FULL, Qwen35Config
-from ssmport.ops import attention, delta_rule
+from ssmport.models.hybrid import attention_step
+from ssmport.models.package import Reference
+from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, canonical_shapes, layer
+from ssmport.models.qwen3_5.config import FULL, LINEAR
+from ssmport.ops import delta_rule
 from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
 
 
@@ -35,16 +36,13 @@ def rms_norm_1p(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
     return rms_norm_naive(x, 1.0 + w, eps)
 
 
-class Qwen35Reference:
-    def __init__(self, cfg: Qwen35Config, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+class Qwen35Reference(Reference):
+    shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
         c = self.cfg
-        linear = [i for i, t in enumerate(c.layer_types) if t != FULL]
-        full = [i for i, t in enumerate(c.layer_types) if t == FULL]
-        return {"conv": {i: torch.zeros(c.linear_conv_kernel_dim, c.conv_dim) for i in linear},
+        linear, full = c.layer_indices(LINEAR), c.layer_indices(FULL)
+        return {"conv": {i: torch.zeros(c.linear_conv_kernel_dim, c.delta_rule.conv_dim) for i in linear},
                 "S": {i: torch.zeros(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim) for i in linear},
                 "K": {i: [] for i in full}, "V": {i: [] for i in full}, "position": 0}  # fmt: skip
 
@@ -62,17 +60,17 @@ class Qwen35Reference:
         return w[HEAD] @ rms_norm_1p(x, w[NORM], c.rms_norm_eps)
 
     def _delta_rule(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        c, w, a = self.cfg, self.w, layer(i) + "linear_attn."
-        dk, dv, group = c.linear_key_head_dim, c.linear_value_head_dim, c.linear_num_value_heads // c.linear_num_key_heads
+        c, w, a, d = self.cfg, self.w, layer(i) + "linear_attn.", self.cfg.delta_rule
+        dk, dv, group = d.k_dim, d.v_dim, d.group
         window = torch.cat([state["conv"][i][1:], (w[a + "in_proj_qkv.weight"] @ h)[None]])  # the last K inputs
         state["conv"][i] = window
         u = F.silu((window * w[a + "conv1d.weight"][:, 0].t()).sum(0))  # tap K-1 multiplies the newest input
-        q, k, v = u[: c.key_dim], u[c.key_dim : 2 * c.key_dim], u[2 * c.key_dim :]
+        q, k, v = u[: d.key_dim], u[d.key_dim : 2 * d.key_dim], u[2 * d.key_dim :]
         beta = torch.sigmoid(w[a + "in_proj_b.weight"] @ h)
         g = torch.exp(-torch.exp(w[a + "A_log"]) * F.softplus(w[a + "in_proj_a.weight"] @ h + w[a + "dt_bias"]))
         z = w[a + "in_proj_z.weight"] @ h
-        out = torch.empty(c.value_dim)
-        for j in range(c.linear_num_value_heads):
+        out = torch.empty(d.value_dim)
+        for j in range(d.v_heads):
             ks, vs = slice((j // group) * dk, (j // group + 1) * dk), slice(j * dv, (j + 1) * dv)
             qj = l2_normalize_naive(q[ks], delta_rule.QK_L2NORM_EPS) * dk**-0.5
             kj = l2_normalize_naive(k[ks], delta_rule.QK_L2NORM_EPS)
@@ -81,20 +79,5 @@ class Qwen35Reference:
         return w[a + "out_proj.weight"] @ out
 
     def _attention(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        c, w, a = self.cfg, self.w, layer(i) + "self_attn."
-        H, KV, hd = c.num_attention_heads, c.num_key_value_heads, c.head_dim
-        bias = lambda n: w[a + n + ".bias"] if c.attention_bias else 0.0  # noqa: E731
-        both = (w[a + "q_proj.weight"] @ h + bias("q_proj")).view(H, 2, hd)  # per head [query | gate]
-        q, gate = both[:, 0], both[:, 1].reshape(-1)
-        k = (w[a + "k_proj.weight"] @ h + bias("k_proj")).view(KV, hd)
-        v = (w[a + "v_proj.weight"] @ h + bias("v_proj")).view(KV, hd)
-        q, k = rms_norm_1p(q, w[a + "q_norm.weight"], c.rms_norm_eps), rms_norm_1p(k, w[a + "k_norm.weight"], c.rms_norm_eps)
-        pos = torch.tensor([state["position"]])
-        q = attention.apply_rotary_naive(q[None], pos, c.rotary_dim, c.rope_theta)[0]
-        k = attention.apply_rotary_naive(k[None], pos, c.rotary_dim, c.rope_theta)[0]
-        past_k = torch.stack(state["K"][i]) if state["K"][i] else torch.zeros(0, KV, hd)
-        past_v = torch.stack(state["V"][i]) if state["V"][i] else torch.zeros(0, KV, hd)
-        o = attention.naive(q, k, v, past_k, past_v).reshape(-1) * torch.sigmoid(gate)
-        state["K"][i].append(k)
-        state["V"][i].append(v)
-        return w[a + "o_proj.weight"] @ o + bias("o_proj")
+        w = attention(self.cfg, i).read(self.w)
+        return attention_step(self.cfg.attention, w, h, state["K"][i], state["V"][i], state["position"])

@@ -8,7 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, NormHead, Step
+from ssmport.graph import Embedding, Step
+from ssmport.models.layers import norm_head
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.models.rwkv7.quant import role
 from ssmport.ops import wkv7
@@ -103,6 +104,4 @@ def build(cfg: RWKV7Config, src: TensorSource, b: WeightBuilder):
     embed = Embedding(b.table("emb.weight", emb, "embedding"))
     del emb
     blocks = [RWKV7Block(cfg, i, src, b) for i in range(cfg.num_layers)]
-    norm_w, norm_b = (b.vector(n, src[n], "norm") for n in ("ln_out.weight", "ln_out.bias"))
-    head = b.matmul("head.weight", src["head.weight"].t(), "head", out_dtype=b.recipe.logits_dtype)
-    return embed, blocks, NormHead(head, norm_w, cfg.norm_eps, bias=norm_b)
+    return embed, blocks, norm_head(src, b, "head.weight", "ln_out.weight", cfg.norm_eps, bias="ln_out.bias")

@@ -11,15 +11,17 @@ import torch
 import torch.nn.functional as F
 
 from ssmport.checkpoint import TensorSource
+from ssmport.models.package import Reference
 from ssmport.models.rwkv7.checkpoints import canonical_shapes
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.ops import wkv7
 
 
-class RWKV7Reference:
+class RWKV7Reference(Reference):
+    shapes = staticmethod(canonical_shapes)
+
     def __init__(self, cfg: RWKV7Config, weights: TensorSource):
-        self.cfg = cfg
-        self.w = {name: weights[name].float() for name in canonical_shapes(cfg)}
+        super().__init__(cfg, weights)
         self.att = [{n.removeprefix(f"blocks.{i}.att."): t for n, t in self.w.items() if n.startswith(f"blocks.{i}.att.")}
                     for i in range(cfg.num_layers)]  # fmt: skip
 
