@@ -81,6 +81,8 @@ def run_line(preset: str, quant: str, gate_steps: int, work: Path) -> dict:
         "goal_mb": round((1.5 * asset + 2 * GB) / 2**20, 1),
         "gate": m.get("gate", {}).get("passed"),
         "gate_steps": m.get("gate", {}).get("steps"),
+        "gate_summary": m.get("gate"),
+        "gate_line": next((ln for ln in proc.stdout.splitlines() if ln.startswith("gate:")), None),
         "stages": stages,
         "stdout": proc.stdout.strip().splitlines()[:3],
     }
