@@ -353,6 +353,11 @@ def _releasing_pages(weights, builder: WeightBuilder):
         weights.release_pages()
 
 
+# While converting, the freed weights' heap pages go back to the OS every this many bytes:
+# glibc keeps them otherwise, and the converter's own allocations do not reuse them.
+TRIM_EVERY_BYTES = 128 << 20
+
+
 def _releasing_converter(builder: WeightBuilder, keep: frozenset[int]):
     """A RELEASE-mode TorchConverter that frees each weight's torch storage as soon as the
     converter has copied it into the program, so a conversion holds about one copy of the
@@ -385,10 +390,15 @@ def _releasing_converter(builder: WeightBuilder, keep: frozenset[int]):
             # good: hand it a copy (one tensor at a time), so the original can still be freed.
             value = super()._constant_from_tensor(tensor.clone())
             copied[key] = value.owner.attributes["value"]
+            freed[0] += storage.nbytes()
             storage.resize_(0)  # the program holds the only copy now
+            if freed[0] >= TRIM_EVERY_BYTES:  # glibc keeps freed heap pages until trimmed
+                _trim_heap()
+                freed[0] = 0
             return value
 
     copied: dict[tuple, Any] = {}
+    freed = [0]
     return ReleasingConverter(mode=release)
 
 
@@ -504,6 +514,10 @@ def _asset_file_hashes(asset: Path) -> dict[str, str]:
 def _return_freed_memory() -> None:
     """Collect garbage and hand freed heap pages back to the OS (glibc keeps them otherwise)."""
     gc.collect()
+    _trim_heap()
+
+
+def _trim_heap() -> None:
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):  # not glibc: nothing to trim
