@@ -9,7 +9,7 @@ from typing import Any
 
 from ssmport.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import MAX_LAYERS, ConfigReader, as_f32, check_layer_count, head_name, renamed
+from ssmport.models.loading import MAX_LAYERS, ConfigReader, as_f32, check_layer_count, head_name, layer_count, renamed
 from ssmport.models.rwkv7.config import MIX_NAMES, RWKV7Config
 
 
@@ -57,8 +57,7 @@ def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
     absent = [n for n in need if n not in source]
     if absent:
         raise CheckpointError(f"{source.origin}: not an RWKV-7 checkpoint (missing {', '.join(absent)})")
-    indices = {n.split(".")[1] for n in source if n.startswith("blocks.")}
-    layers = 1 + max(int(i) for i in indices if i.isdigit())
+    layers = layer_count(source, "blocks.")  # at least 1: blocks.0.* is among `need`
     if layers > MAX_LAYERS:
         raise CheckpointError(f"{source.origin}: tensor names reach block {layers - 1}, beyond {MAX_LAYERS} layers")
     emb, r_k = source.shape("emb.weight"), source.shape("blocks.0.att.r_k")
