@@ -6,7 +6,9 @@ transformers' own torch path, in one run per model.
 
 MODEL is a preset (synthetic fp32 weights from its fixed seed), or PRESET:N for its first N
 layers (a model too large for this machine measured at its real widths: not a released size).
-Per model, all timings in this process (the export runs in a child process, for its peak):
+Per model, each stage runs in a child process of its own, one after another (at a released
+size each holds a whole fp32 copy of the weights: Nemotron-H 4B is 16 GB, and no two fit in
+24 GB at once); the results record each stage's peak RSS:
 
   coreai                the fp32 bundle on the Core AI runtime (single-threaded), its M=1 decode
                         timed before and after the others (the headline is their mean)
@@ -16,7 +18,8 @@ Per model, all timings in this process (the export runs in a child process, for 
                         per call with its cache, 1 thread and default threads; timed only after
                         it agrees with ssmport's torch module (benchmarks/suite.py's check)
   prefill               the bundle's `prefill` vs its M=1 loop on random prompts, tokens/s
-                        (benchmarks/prefill_speed.py's measurement, alternating the two)
+                        (benchmarks/prefill_speed.py's measurement, alternating the two; a
+                        bundle over a third of the machine's memory runs them one at a time)
 
 Decode is the median ms/token over --steps tokens after --warmup. The machine is shared:
 compare the ratios within one run.
@@ -26,10 +29,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import importlib.util
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -37,6 +40,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
 
 HERE = Path(__file__).resolve().parent
@@ -46,7 +50,7 @@ import prefill_speed  # noqa: E402
 import suite  # noqa: E402
 
 from ssmport.architectures import LoadedModel  # noqa: E402
-from ssmport.bundle import Bundle  # noqa: E402
+from ssmport.bundle import Bundle, dir_bytes  # noqa: E402
 from ssmport.prefill import DEFAULT_CHUNK  # noqa: E402
 from ssmport.sources import DEFAULT_SEED, load_model  # noqa: E402
 
@@ -151,7 +155,7 @@ class TransformersHybridPeer(suite.Peer):
 
 
 def export_bundle(spec: str, out: Path, chunk: int) -> Path:
-    """Export in this process (the child's entry point): synthetic fp32 with prefill."""
+    """Export in this process: synthetic fp32 with prefill."""
     from ssmport.exporter import export
 
     return export(synthetic_model(spec), out, quant="fp32", gate_steps=8, prefill_chunk=chunk, progress=False,
@@ -170,43 +174,79 @@ def torch_eager_lines(model: LoadedModel, tokens: list[int], warmup: int) -> tup
         ref.close()
 
 
-def run(spec: str, work: Path, steps: int, warmup: int, chunk: int, prompts: list[int], repeats: int) -> dict:
-    out = work / "bundles"
-    done = subprocess.run([sys.executable, __file__, "--export-only", spec, "--work", str(work), "--chunk", str(chunk)])
-    if done.returncode:
-        raise SystemExit(f"export of {spec} failed (exit {done.returncode})")
-    bundle = Bundle.open(next(p for p in out.iterdir() if (p / "manifest.json").is_file()))
-    tokens = suite.bench_tokens(bundle.manifest.vocab_size, steps + warmup)
-    print(f"[{spec}] Core AI", flush=True)
-    first = float(np.median(suite.coreai_line(bundle, tokens, warmup)))
+def _bundle(work: Path) -> Bundle:
+    return Bundle.open(next(p for p in (work / "bundles").iterdir() if (p / "manifest.json").is_file()))
+
+
+def _check_logits_path(work: Path) -> Path:
+    return work / "torch_eager_check_logits.npy"
+
+
+def stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
+    """One stage of a model's run, in a process of its own (the child's entry point): at a
+    released size each holds a whole fp32 copy of the weights, and no two fit at once."""
+    if name == "export":
+        export_bundle(spec, work / "bundles", a.chunk)
+        return {}
+    bundle = _bundle(work)
+    tokens = suite.bench_tokens(bundle.manifest.vocab_size, a.steps + a.warmup)
+    if name == "coreai":
+        return {"times_ms": suite.coreai_line(bundle, tokens, a.warmup)}
     model = synthetic_model(spec)
-    print(f"[{spec}] ssmport torch eager", flush=True)
-    eager, check_logits = torch_eager_lines(model, tokens, warmup)
-    gc.collect()
-    print(f"[{spec}] transformers", flush=True)
-    peer = TransformersHybridPeer(model)
-    try:
-        peer_timed, peer_record = suite.peer_lines(peer, check_logits, tokens, warmup)
-    finally:
-        peer.close()
-    del model
-    gc.collect()
-    print(f"[{spec}] Core AI again", flush=True)
-    last = float(np.median(suite.coreai_line(bundle, tokens, warmup)))
-    lines = {"coreai": {"ms_per_token": (first + last) / 2, "first_pass_ms": first, "last_pass_ms": last,
-                        "samples": 2 * steps}} | eager | peer_timed  # fmt: skip
+    if name == "torch_eager":
+        lines, check = torch_eager_lines(model, tokens, a.warmup)
+        np.save(_check_logits_path(work), check)
+        return {"lines": lines}
+    if name == "peer":
+        peer = TransformersHybridPeer(model)
+        try:
+            lines, record = suite.peer_lines(peer, np.load(_check_logits_path(work)), tokens, a.warmup)
+        finally:
+            peer.close()
+        return {"lines": lines, "peer": record}
+    raise SystemExit(f"unknown stage {name}")
+
+
+def run_stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
+    """`stage` in a child process; its result, with the child's peak RSS."""
+    result = work / f"stage-{name}.json"
+    argv = [sys.executable, __file__, "--stage", name, spec, "--work", str(work), "--chunk", str(a.chunk),
+            "--steps", str(a.steps), "--warmup", str(a.warmup)]  # fmt: skip
+    print(f"[{spec}] {name}", flush=True)
+    done = subprocess.run(argv, check=False)
+    if done.returncode:
+        raise SystemExit(f"{name} stage of {spec} failed (exit {done.returncode})")
+    return json.loads(result.read_text())
+
+
+def run(spec: str, work: Path, a: argparse.Namespace) -> dict:
+    exported = run_stage("export", spec, work, a)
+    bundle = _bundle(work)
+    first = run_stage("coreai", spec, work, a)
+    eager = run_stage("torch_eager", spec, work, a)
+    peer = run_stage("peer", spec, work, a)
+    last = run_stage("coreai", spec, work, a)
+    first_ms, last_ms = float(np.median(first["times_ms"])), float(np.median(last["times_ms"]))
+    lines = {"coreai": {"ms_per_token": (first_ms + last_ms) / 2, "first_pass_ms": first_ms, "last_pass_ms": last_ms,
+                        "samples": 2 * a.steps}} | eager["lines"] | peer["lines"]  # fmt: skip
     ours = lines["coreai"]["ms_per_token"]
     for name, line in lines.items():
         print(f"  {name:20} {line['ms_per_token']:9.2f} ms/token" + (f"   (Core AI / this: {ours / line['ms_per_token']:.2f})"
               if name != "coreai" else ""), flush=True)  # fmt: skip
-    print(f"[{spec}] prefill vs the M=1 loop (chunk {chunk})", flush=True)
-    prefill, recurrence = prefill_speed.measure(bundle.path, prompts, repeats, seed=0)
+    # Two runners at once hold the bundle twice: past a third of this machine's memory, one at a time.
+    together = 3 * dir_bytes(bundle.path) < psutil.virtual_memory().total
+    print(f"[{spec}] prefill vs the M=1 loop (chunk {a.chunk}, runners {'together' if together else 'one at a time'})",
+          flush=True)  # fmt: skip
+    prefill, recurrence = prefill_speed.measure(bundle.path, a.prompts, a.repeats, seed=0, together=together)
     m = bundle.manifest
+    peaks = {name: r["peak_rss_gb"] for name, r in
+             (("export", exported), ("coreai", first), ("torch_eager", eager), ("peer", peer))}  # fmt: skip
     return {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "config": m.config,
+            "asset_bytes": dir_bytes(bundle.path), "stage_peak_rss_gb": peaks,
             "gate": {k: getattr(m.gate, k, None) for k in ("passed", "top1_agree", "steps", "max_rel_logit_delta")},
-            "states": [s.key for s in m.states], "lines": lines, "peer": peer_record,
+            "states": [s.key for s in m.states], "lines": lines, "peer": peer["peer"],
             "ratios": {f"coreai/{k}": ours / v["ms_per_token"] for k, v in lines.items() if k != "coreai"},
-            "prefill": {"chunk": chunk, "runs": prefill, "recurrence": recurrence}}  # fmt: skip
+            "prefill": {"chunk": a.chunk, "runners_together": together, "runs": prefill, "recurrence": recurrence}}  # fmt: skip
 
 
 def main() -> None:
@@ -219,10 +259,13 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--work", type=Path, help="where the bundle is written (default: a temporary directory)")
     p.add_argument("--out", type=Path, help="results JSON")
-    p.add_argument("--export-only", metavar="MODEL", help=argparse.SUPPRESS)  # the child process
+    p.add_argument("--stage", nargs=2, metavar=("STAGE", "MODEL"), help=argparse.SUPPRESS)  # a child process
     a = p.parse_args()
-    if a.export_only:
-        export_bundle(a.export_only, a.work / "bundles", a.chunk)
+    if a.stage:
+        name, spec = a.stage
+        result = stage(name, spec, a.work, a)
+        peak_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        (a.work / f"stage-{name}.json").write_text(json.dumps(result | {"peak_rss_gb": peak_gb}))
         return
     if not a.model:
         p.error("give at least one --model")
@@ -231,10 +274,10 @@ def main() -> None:
     for spec in a.model:
         with tempfile.TemporaryDirectory(prefix="hybrid-speed-", dir=a.work) as tmp:
             os.environ["SSMPORT_CACHE"] = str(Path(tmp) / "cache")  # the lowered copy goes with the bundle
-            results["models"].append(run(spec, Path(tmp), a.steps, a.warmup, a.chunk, a.prompts, a.repeats))
-    text = json.dumps(results, indent=2)
-    if a.out:
-        a.out.write_text(text + "\n")
+            results["models"].append(run(spec, Path(tmp), a))
+            text = json.dumps(results, indent=2)
+            if a.out:  # after each model: a later one running out of memory keeps the earlier
+                a.out.write_text(text + "\n")
 
 
 if __name__ == "__main__":

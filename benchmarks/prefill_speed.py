@@ -106,37 +106,49 @@ def chunk_profile(bundle: Path) -> dict:
             "sum_of_op_minima_ms": sum(v["ms"] for v in table.values()), "top_op_types": top}  # fmt: skip
 
 
-def measure(bundle: Path, prompts: list[int], repeats: int, seed: int) -> list[dict]:
-    rows = []
+def _warm(runner: Runner) -> Runner:
+    timed_feed(runner, [1] * 8)  # first call of each function: one-time setup off the clock
+    return runner
+
+
+def measure(bundle: Path, prompts: list[int], repeats: int, seed: int, together: bool = True) -> list[dict]:
+    """`together`: both runners loaded at once and their runs alternated, so background load
+    hits both alike. Otherwise (a bundle too large to load twice) one runner at a time: every
+    prefill run, then every M=1 run."""
     rng = np.random.default_rng(seed)
-    with Runner(bundle) as fast, Runner(bundle, prefill=False) as slow:
-        vocab = fast.vocab_size
-        timed_feed(fast, [1] * 8)  # first call of each function: one-time setup off the clock
-        timed_feed(slow, [1] * 8)
-        for length in prompts:
-            tokens = rng.integers(1, vocab, size=length).tolist()
-            t_fast, t_slow = [], []
-            for _ in range(repeats):  # alternate, so background load hits both alike
-                s, logits_fast, states_fast = timed_feed(fast, tokens)
-                t_fast.append(s)
-                s, logits_slow, states_slow = timed_feed(slow, tokens)
-                t_slow.append(s)
-            delta = max(
-                float(np.abs(logits_fast - logits_slow).max()),
-                *(float(np.abs(states_fast[n] - states_slow[n]).max()) for n in states_fast),
-            )
-            best_fast, best_slow = min(t_fast), min(t_slow)
-            rows.append({
-                "prompt_tokens": length,
-                "prefill_tokens_per_s": length / best_fast,
-                "m1_loop_tokens_per_s": length / best_slow,
-                "speedup": best_slow / best_fast,
-                "prefill_seconds": t_fast,
-                "m1_loop_seconds": t_slow,
-                "max_abs_delta_logits_and_states": delta,
-            })  # fmt: skip
-            print(f"  prompt {length:4}: prefill {length / best_fast:8.1f} tok/s, M=1 loop "
-                  f"{length / best_slow:7.1f} tok/s, {best_slow / best_fast:.2f}x, max|Δ| {delta:.2e}", flush=True)  # fmt: skip
+    prompt_tokens = [rng.integers(1, Bundle.open(bundle).manifest.vocab_size, size=n).tolist() for n in prompts]
+    if together:
+        with Runner(bundle) as fast, Runner(bundle, prefill=False) as slow:
+            _warm(fast), _warm(slow)
+            runs = [[(timed_feed(fast, t), timed_feed(slow, t)) for _ in range(repeats)] for t in prompt_tokens]
+    else:
+        with Runner(bundle) as fast:
+            _warm(fast)
+            fast_runs = [[timed_feed(fast, t) for _ in range(repeats)] for t in prompt_tokens]
+        with Runner(bundle, prefill=False) as slow:
+            _warm(slow)
+            slow_runs = [[timed_feed(slow, t) for _ in range(repeats)] for t in prompt_tokens]
+        runs = [list(zip(f, s)) for f, s in zip(fast_runs, slow_runs)]
+    rows = []
+    for length, pairs in zip(prompts, runs):
+        t_fast, t_slow = [f[0] for f, _ in pairs], [s[0] for _, s in pairs]
+        (_, logits_fast, states_fast), (_, logits_slow, states_slow) = pairs[-1]
+        delta = max(
+            float(np.abs(logits_fast - logits_slow).max()),
+            *(float(np.abs(states_fast[n] - states_slow[n]).max()) for n in states_fast),
+        )
+        best_fast, best_slow = min(t_fast), min(t_slow)
+        rows.append({
+            "prompt_tokens": length,
+            "prefill_tokens_per_s": length / best_fast,
+            "m1_loop_tokens_per_s": length / best_slow,
+            "speedup": best_slow / best_fast,
+            "prefill_seconds": t_fast,
+            "m1_loop_seconds": t_slow,
+            "max_abs_delta_logits_and_states": delta,
+        })  # fmt: skip
+        print(f"  prompt {length:4}: prefill {length / best_fast:8.1f} tok/s, M=1 loop "
+              f"{length / best_slow:7.1f} tok/s, {best_slow / best_fast:.2f}x, max|Δ| {delta:.2e}", flush=True)  # fmt: skip
     with Runner(bundle) as fast:
         share = recurrence_share(fast, repeats + 1)
     print(f"  one chunk: {share['call_seconds_valid_len_1']:.3f} s at valid_len=1, "
