@@ -142,17 +142,22 @@ def export(
             headline = None
             if gate:
                 from ssmport.gate import gate_bundle  # imports the runtime only when needed
+                from ssmport.runtime.op_count import OpLog, count_ops, summarize
 
+                # The decode count is the gate's last call (always a one-token `main` step): one
+                # more call would cost as much as a gate step (488 s at rwkv7-7.2b int8keepproj).
+                log = OpLog(keep=1)
                 report = gate_bundle(
-                    bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages
-                )
+                    bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages,
+                    profiler=log.profiler(),
+                )  # fmt: skip
                 headline = report.headline()
-                from ssmport.runtime.op_count import count_ops
-
+                counted = {"main": summarize(log.calls[-1])}
                 # A full prefill chunk is counted only for fp32 bundles: this runtime emulates fp16
                 # and dequantizes int8 on every call, so one 64-row chunk of qwen3.5-0.8b
                 # int8keepproj took over 8 minutes here (`inspect --count-ops` counts it on demand).
-                counted = count_ops(bundle, prefill=recipe.name == "fp32")
+                if recipe.name == "fp32":
+                    counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
             manifest.export["seconds"] = round(time.perf_counter() - started, 2)
             if profile_memory:

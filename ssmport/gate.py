@@ -37,12 +37,15 @@ def gate_bundle(
     weights=None,
     stages: Stages | None = None,
     record: bool = True,
+    profiler=None,
 ) -> GateReport:
     """Gate `bundle` against the fp32 torch reference built from its source weights.
 
     The reference's logits for every stream are computed first (a large model's layer by
     layer, see `gate_reference.reference_logits`) and its weights released; then the bundle
-    is lowered and loaded, so the gate's peak is the larger of the two, not their sum."""
+    is lowered and loaded, so the gate's peak is the larger of the two, not their sum.
+    `profiler`: a `coreai.runtime.Profiler` the bundle is loaded with (the export counts the
+    ops of the gate's own calls rather than load and call the bundle once more)."""
     m = bundle.manifest
     recipe = get_recipe(m.recipe.name)
     if model is None:
@@ -60,7 +63,7 @@ def gate_bundle(
         with section("lowering"):
             ensure_lowered(bundle)
         with section("load lowered model"):
-            candidate = Runner(bundle)
+            candidate = Runner(bundle, profiler=profiler)
     try:
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(

@@ -50,11 +50,13 @@ def summarize(names: list[str]) -> OpCount:
     return OpCount(len(kernels), shape, bookkeeping, dict(collections.Counter(kernels).most_common()))
 
 
-class _EventLog:
-    """Profiler callbacks that keep the names of the ops of each call, in call order."""
+class OpLog:
+    """Profiler callbacks that keep the names of the ops of each call, in call order; with
+    `keep`, of the last `keep` calls only (a whole gate's calls need not be held)."""
 
-    def __init__(self) -> None:
+    def __init__(self, keep: int | None = None) -> None:
         self.calls: list[list[str]] = []
+        self.keep = keep
 
     def profiler(self):
         from coreai.runtime import Profiler
@@ -64,21 +66,24 @@ class _EventLog:
     def _begin(self, event) -> int:
         if event.event_id == CALL_EVENT:
             self.calls.append([])
+            if self.keep is not None:
+                del self.calls[: -self.keep]
         elif self.calls:  # anything before the first call (loading) is not a call's op
             self.calls[-1].append(event.event_id)
         return 0
 
 
-def count_ops(bundle: Bundle, prefill: bool = True) -> dict[str, OpCount]:
-    """Ops of one decode call (`main`, one token) and, when the bundle has it (and `prefill`),
-    of one full prefill chunk, on zero states."""
+def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[str, OpCount]:
+    """Ops of one decode call (`main`, one token, unless not `main`) and, when the bundle has
+    it (and `prefill`), of one full prefill chunk, on zero states."""
     from ssmport.runtime.runner import Runner
 
-    log = _EventLog()
+    log = OpLog()
     counts: dict[str, OpCount] = {}
     with Runner(bundle, profiler=log.profiler()) as runner:
-        runner.step(1)
-        counts["main"] = summarize(log.calls[-1])
+        if main:
+            runner.step(1)
+            counts["main"] = summarize(log.calls[-1])
         if prefill and runner.has_prefill:
             runner.reset()
             first = len(log.calls)
