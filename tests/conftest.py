@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,16 @@ def _no_real_hub(tmp_path_factory):
     home = tmp_path_factory.mktemp("hf-home")
     set_hub_env({"HF_HOME": str(home), "HF_HUB_CACHE": None, "HUGGINGFACE_HUB_CACHE": None, "HF_ENDPOINT": None,
                  "HF_HUB_OFFLINE": "1", "HF_TOKEN": None, "HF_HUB_DISABLE_TELEMETRY": "1"})  # fmt: skip
+
+
+@pytest.fixture
+def python_sigint_handler():
+    """Python's own SIGINT handler, whatever this process inherited, for the tests that Ctrl-C
+    themselves: a shell's background job starts with SIGINT ignored, and ssmport keeps a
+    signal the caller ignored ignored (then there is no Ctrl-C to see)."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, previous)
 
 
 @pytest.fixture(scope="session")

@@ -276,15 +276,6 @@ def test_a_signal_during_export_leaves_nothing(tmp_path, sig, code, said):
     assert_no_bundle(out)
 
 
-@pytest.fixture
-def python_sigint_handler():
-    """Python's own SIGINT handler, whatever this process inherited: a shell's background job
-    starts with SIGINT ignored, and then there is no Ctrl-C to defer."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    signal.signal(signal.SIGINT, previous)
-
-
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated),
                                          (signal.SIGHUP, Terminated)])  # fmt: skip
 def test_a_signal_during_export_is_deferred_to_a_safe_point(tmp_path, python_sigint_handler, sig, raised):
