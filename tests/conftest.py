@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
+from terminal_signals import TERMINAL_SIGNALS
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -30,13 +31,12 @@ def _no_real_hub(tmp_path_factory):
 
 
 @pytest.fixture
-def python_sigint_handler():
-    """Python's own SIGINT handler, whatever this process inherited, for the tests that Ctrl-C
-    themselves: a shell's background job starts with SIGINT ignored, and ssmport keeps a
-    signal the caller ignored ignored (then there is no Ctrl-C to see)."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+def terminal_signals():
+    """For the tests that signal themselves (see terminal_signals.py)."""
+    previous = {sig: signal.signal(sig, handler) for sig, handler in TERMINAL_SIGNALS.items()}
     yield
-    signal.signal(signal.SIGINT, previous)
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
 
 
 @pytest.fixture(scope="session")

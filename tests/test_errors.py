@@ -24,6 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from terminal_signals import reset_in_child
+
 from ssmport.bundle import remove_stale_staging, staged_directory
 from ssmport.cli.main import EXIT_INTERNAL_ERROR, INTERNAL_ERROR, main
 from ssmport.errors import SsmportError
@@ -254,7 +256,7 @@ def _export_then_signal(out: Path, sig: int) -> subprocess.CompletedProcess:
     proc = subprocess.Popen(
         [EXE, "export", "rwkv7-tiny", "-o", str(out), "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),  # a shell's background job ignores it
+        preexec_fn=reset_in_child,
     )  # fmt: skip
     deadline = time.monotonic() + 240
     while not (out.exists() and any(out.iterdir())) and proc.poll() is None and time.monotonic() < deadline:
@@ -278,7 +280,7 @@ def test_a_signal_during_export_leaves_nothing(tmp_path, sig, code, said):
 
 @pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, Terminated),
                                          (signal.SIGHUP, Terminated)])  # fmt: skip
-def test_a_signal_during_export_is_deferred_to_a_safe_point(tmp_path, python_sigint_handler, sig, raised):
+def test_a_signal_during_export_is_deferred_to_a_safe_point(tmp_path, terminal_signals, sig, raised):
     # Raised where it lands, it was lost in torch.export's GC callbacks or aborted in its C++
     # callbacks; recorded, it stops the export at the next safe point, here the final rename.
     final = tmp_path / "out" / "bundle"
@@ -292,7 +294,7 @@ def test_a_signal_during_export_is_deferred_to_a_safe_point(tmp_path, python_sig
     assert not final.parent.exists()
 
 
-def test_a_second_signal_stops_at_once(python_sigint_handler):
+def test_a_second_signal_stops_at_once(terminal_signals):
     with pytest.raises(Terminated), interrupts_deferred():
         os.kill(os.getpid(), signal.SIGINT)
         reached = True
@@ -301,7 +303,7 @@ def test_a_second_signal_stops_at_once(python_sigint_handler):
     assert reached
 
 
-def test_sigterm_during_a_runtime_call_is_held_until_it_returns():
+def test_sigterm_during_a_runtime_call_is_held_until_it_returns(terminal_signals):
     done = []
     with pytest.raises(Terminated):
         with interrupts_held():

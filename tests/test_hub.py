@@ -291,7 +291,7 @@ def test_download_that_keeps_failing_leaves_nothing(hub, hub_preset, pth_bytes, 
     assert load_model("rwkv7-hubtest").provenance["hub"]["files"][0]["size"] == len(pth_bytes)
 
 
-def test_ctrl_c_during_the_download(hub, hub_preset, pth_bytes, tmp_path, capsys, python_sigint_handler):
+def test_ctrl_c_during_the_download(hub, hub_preset, pth_bytes, tmp_path, capsys, terminal_signals):
     """Ctrl-C while the file arrives: exit 130, the partial file discarded, nothing exported."""
     hub.add_repo(hub_preset.hub.repo, {hub_preset.hub.file: pth_bytes})
     hub.bad.while_sending[hub_preset.hub.file] = lambda: (os.kill(os.getpid(), signal.SIGINT), time.sleep(0.2))
