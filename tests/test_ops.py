@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ssmport.ops import attention, conv, deferred, delta_rule, norms, rows, scan, segsum, ssd, wkv7
+from ssmport.ops import attention, conv, deferred, delta_rule, norms, rows, scan, segsum, ssd, triangular, wkv7
 
 G = torch.Generator().manual_seed(0)
 
@@ -93,6 +93,16 @@ def test_chunk_decays_equal_the_explicit_sums(valid):
     got, want = segsum.chunk_decays(log_decay, torch.tensor([valid])), segsum.chunk_decays_naive(log_decay, valid)
     for a, b in zip(got, want):
         close(a, b, 1e-12)
+
+
+@pytest.mark.parametrize("T, max_tokens", [(1, None), (5, None), (64, None), (6, 64)])
+def test_unit_lower_inverse_equals_forward_substitution(T, max_tokens):
+    """The WY forms' (I + N)^-1 as a product of matmuls; with `max_tokens` (a symbolic T) it
+    takes more factors than T needs, and the extra ones are exactly I."""
+    n = torch.randn(2, T, T, generator=G, dtype=torch.float64).tril(-1) * 0.3
+    got = triangular.unit_lower_inverse(-n, max_tokens)
+    close(got, triangular.unit_lower_inverse_naive(-n), 1e-10)
+    close(got @ (torch.eye(T, dtype=torch.float64) + n), torch.eye(T, dtype=torch.float64).expand(2, T, T), 1e-10)
 
 
 def test_deferred_update_equals_per_layer_updates():

@@ -8,12 +8,11 @@ q and k L2-normalised (q also scaled by dk^-0.5), beta in (0, 1) (or (0, 2)), g 
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ssmport.ops.deferred import Outer, StateUpdate
 from ssmport.ops.segsum import chunk_decays
+from ssmport.ops.triangular import unit_lower_inverse
 
 QK_L2NORM_EPS = 1e-6  # q and k are normalised as x / sqrt(sum(x^2) + 1e-6) (fla's kernels, transformers' l2norm)
 
@@ -80,11 +79,7 @@ def chunk(S0, q, k, v, beta, log_decay, valid_len, max_tokens: int | None = None
     B = beta.t().unsqueeze(2)  # [HV, T, 1]
     G = torch.exp(cum).unsqueeze(2)  # [HV, T, 1]
     minus_L = -B * (K @ K.transpose(1, 2)) * D * (up_to - eye)
-    inverse, power = eye + minus_L, minus_L
-    for _ in range(max(0, math.ceil(math.log2(max_tokens or T)) - 1)):
-        power = power @ power
-        inverse = inverse @ (eye + power)
-    U = inverse @ (B * (V - G * (K @ S0)))  # [HV, T, dv]
+    U = unit_lower_inverse(minus_L, max_tokens) @ (B * (V - G * (K @ S0)))  # [HV, T, dv]
     O = G * (Q @ S0) + ((Q @ K.transpose(1, 2)) * D) @ U
     to_end = D[:, T - 1 : T, :].transpose(1, 2)  # [HV, T, 1]: exp(cum[T-1] - cum[s]) (slices: T may be symbolic)
     S = torch.exp(cum[:, T - 1 : T]).view(-1, 1, 1) * S0 + (K * to_end).transpose(1, 2) @ U

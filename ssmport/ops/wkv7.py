@@ -7,11 +7,10 @@ w the per-key decay, kk the unit "removal key", a the in-context learning rate (
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from ssmport.ops.deferred import Outer, StateUpdate
+from ssmport.ops.triangular import unit_lower_inverse
 
 
 def naive_step(s, r, w, kk, a, k, v):
@@ -105,12 +104,7 @@ def chunk_form(S0, r, decay, kk, kka, k, v, valid_len, max_tokens: int | None = 
     Cg = C * grow  # kk[s] exp(L[s-1])
     A = (Cg @ (kka * shrink).transpose(1, 2)) * strict  # [H,T,T]
     Ak = (Cg @ (k * shrink).transpose(1, 2)) * strict
-    eye = torch.eye(T, dtype=dtype)
-    inverse, power = eye - A, -A
-    for _ in range(max(0, math.ceil(math.log2(max_tokens or T)) - 1)):
-        power = power @ power
-        inverse = inverse @ (eye + power)
-    U = inverse @ (Cg @ S0 + Ak @ V)  # [H,T,Nv] the removal reads u[s]
+    U = unit_lower_inverse(-A, max_tokens) @ (Cg @ S0 + Ak @ V)  # [H,T,Nv] the removal reads u[s]
     Rg = R * torch.exp(L)  # r[t] exp(L[t])
     Qk = (Rg @ (k * shrink).transpose(1, 2)) * up_to
     Qb = (Rg @ (kka * shrink).transpose(1, 2)) * up_to
