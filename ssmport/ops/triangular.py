@@ -1,9 +1,9 @@
 """(I + N)^-1 for a strictly lower triangular N: the solve of every WY chunk form (RWKV-7's
 WKV, the gated delta rule), as matmuls only.
 
-N is nilpotent (N^T = 0 for T x T), so (I + N)^-1 = (I - N)(I + N^2)(I + N^4)... with
-ceil(log2 T) factors: exact in exact arithmetic, and no triangular solve, which the graph has
-no op for. The caller passes -N, which its own products give directly.
+N is nilpotent (its T-th power is 0 for T x T), so (I + N)^-1 = (I - N)(I + N^2)(I + N^4)...
+with ceil(log2 T) factors: exact in exact arithmetic, and only T x T matmuls, no triangular
+solve. The caller passes -N, which its own products give directly.
 """
 
 from __future__ import annotations
