@@ -156,7 +156,7 @@ def export(
                 # A full prefill chunk is counted only for fp32 bundles: this runtime emulates fp16
                 # and dequantizes int8 on every call, so one 64-row chunk of qwen3.5-0.8b
                 # int8keepproj took over 8 minutes here (`inspect --count-ops` counts it on demand).
-                if recipe.name == "fp32":
+                if recipe.name == "fp32" and manifest.prefill is not None:
                     counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
             manifest.export["seconds"] = round(time.perf_counter() - started, 2)
