@@ -23,6 +23,9 @@ import re
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from ir_checks import graph_texts  # noqa: E402  (the tests' reading of a program's graphs)
+
 PRESETS = ("rwkv7-tiny", "mamba2-tiny", "gated-deltanet-tiny", "qwen3.5-tiny", "lfm2-tiny", "granite-hybrid-tiny",
            "nemotron-h-tiny")  # fmt: skip
 RECIPES = ("fp32", "int8keepproj")
@@ -53,7 +56,7 @@ def dump(out: Path, presets: list[str]) -> None:
         for recipe in RECIPES:
             builder = WeightBuilder(get_recipe(recipe), model.architecture.keeps_float)
             program = convert(model, builder, torch.float32, prefill_chunk=CHUNK).program
-            for function, text in re.findall(r"coreai\.graph @(\w+)(.*?)(?=coreai\.graph @|\Z)", str(program), re.S):
+            for function, text in graph_texts(program).items():
                 graphs[f"{preset}/{recipe}/{function}"] = normalized(text)
             print(preset, recipe, flush=True)
     out.write_text(json.dumps(graphs) + "\n")

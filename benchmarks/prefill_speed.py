@@ -106,9 +106,8 @@ def chunk_profile(bundle: Path) -> dict:
             "sum_of_op_minima_ms": sum(v["ms"] for v in table.values()), "top_op_types": top}  # fmt: skip
 
 
-def _warm(runner: Runner) -> Runner:
+def _warm(runner: Runner) -> None:
     timed_feed(runner, [1] * 8)  # first call of each function: one-time setup off the clock
-    return runner
 
 
 def measure(bundle: Path, prompts: list[int], repeats: int, seed: int, together: bool = True) -> list[dict]:
@@ -119,7 +118,8 @@ def measure(bundle: Path, prompts: list[int], repeats: int, seed: int, together:
     prompt_tokens = [rng.integers(1, Bundle.open(bundle).manifest.vocab_size, size=n).tolist() for n in prompts]
     if together:
         with Runner(bundle) as fast, Runner(bundle, prefill=False) as slow:
-            _warm(fast), _warm(slow)
+            _warm(fast)
+            _warm(slow)
             runs = [[(timed_feed(fast, t), timed_feed(slow, t)) for _ in range(repeats)] for t in prompt_tokens]
     else:
         with Runner(bundle) as fast:
