@@ -108,14 +108,15 @@ def ensure_blinkdl_pth(preset: str, work: Path) -> Path:
     """The preset's synthetic weights as a BlinkDL .pth (for the `rwkv` package peer)."""
     import torch
 
-    from ssmport.models.rwkv7.checkpoints import blinkdl_native_shape as _blinkdl_native_shape
+    from ssmport.models.rwkv7.checkpoints import blinkdl_layout
 
     path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}.pth"
     if not path.is_file():
         print(f"writing the peer checkpoint {path}", flush=True)
         model = ssmport.load_model(preset, synthetic=True)
-        sd = {n: model.weights[n].reshape(_blinkdl_native_shape(n, model.weights.shape(n))).contiguous()
-              for n in model.weights}  # fmt: skip
+        layout = blinkdl_layout({n: model.weights.shape(n) for n in model.weights})
+        sd = {n: model.weights[n].reshape(stored.shapes(model.weights.shape(n))[0]).contiguous()
+              for n, (_, stored) in layout.items()}  # fmt: skip
         tmp = path.with_suffix(".partial")
         torch.save(sd, tmp)
         del sd

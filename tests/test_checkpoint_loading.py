@@ -171,3 +171,21 @@ def test_fla_early_2025_layout_with_stacked_mixes(tmp_path):
     old["model.layers.1.attn.x_x"] = torch.zeros(5, d.width)
     with pytest.raises(CheckpointError, match=r"model.layers.1.attn.x_x \[5, 128\] \(expected \[6, 128\]\)"):
         load_checkpoint(write_hf_folder(tmp_path / "bad", config, old))
+
+
+def test_fla_vectors_load_as_c_or_1x1xc_and_nothing_else(tmp_path):
+    """fla saved per-channel vectors [C] in some versions and [1, 1, C] in others: both load
+    to the same weights; any other shape is refused, reported against the canonical [C]."""
+    d = Dims()
+    config, tensors = fla_from_blinkdl(blinkdl_state_dict(d, seed=11), d)
+    vector = lambda n: ".attn.x_" in n or n.endswith(("attn.k_k", "attn.k_a", "ffn.x_k"))  # noqa: E731
+    flat = {n: t.reshape(-1) if vector(n) else t for n, t in tensors.items()}
+    unsqueezed = {n: t.reshape(1, 1, -1) if vector(n) else t for n, t in tensors.items()}
+    assert sum(map(vector, tensors)) == d.layers * 9  # six mixes, k_k, k_a, the channel mix's x_k
+    a = load_checkpoint(write_hf_folder(tmp_path / "flat", config, flat))
+    b = load_checkpoint(write_hf_folder(tmp_path / "unsqueezed", config, unsqueezed))
+    for name in a.weights:
+        assert torch.equal(a.weights[name], b.weights[name]), name
+    flat["model.layers.0.ffn.x_k"] = flat["model.layers.0.ffn.x_k"].reshape(1, -1)
+    with pytest.raises(CheckpointError, match=r"model.layers.0.ffn.x_k \[1, 128\] \(expected \[128\]\)"):
+        load_checkpoint(write_hf_folder(tmp_path / "bad", config, flat))

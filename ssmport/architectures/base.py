@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -41,6 +41,13 @@ class ArchConfig(Protocol):
     vocab_size: int
 
     def to_json(self) -> dict[str, Any]: ...
+
+
+class FieldsConfig:
+    """Mixed into a config dataclass whose JSON form is its fields (nested dataclasses as dicts)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from ssmport.architectures.base import FieldsConfig
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
@@ -47,7 +48,7 @@ ATTENTION, MAMBA, CONV = "full_attention", "linear_attention", "conv"
 LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
 
 
-class HybridConfig:
+class HybridConfig(FieldsConfig):
     """What the hybrid configs share, mixed into their frozen dataclasses: a kind per layer
     (`layer_types`) and GQA attention heads (Qwen3.5 uses the layer kinds only)."""
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -24,9 +25,35 @@ MAX_DIM = 1 << 20  # widths, heads, vocab rows (the largest vocabularies are ~26
 _MISSING = object()
 
 
-def as_f32(t: torch.Tensor) -> torch.Tensor:
-    """The transform of a tensor that needs nothing but a cast (MappedSource)."""
-    return t.float()
+@dataclass(frozen=True)
+class Stored:
+    """How a checkpoint stores one canonical tensor: the shapes it may have there, given the
+    canonical shape (the first is the one an error reports), and how it reads back as the
+    canonical fp32 tensor."""
+
+    shapes: Callable[[tuple[int, ...]], tuple[tuple[int, ...], ...]]
+    read: Callable[[torch.Tensor], torch.Tensor]
+
+    def expected(self, canonical: tuple[int, ...], present: tuple[int, ...] | None) -> tuple[int, ...]:
+        options = self.shapes(tuple(canonical))
+        return present if present in options else options[0]
+
+
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t.float().reshape(-1)
+
+
+AS_IS = Stored(lambda s: (s,), lambda t: t.float())
+TRANSPOSED = Stored(lambda s: (s[::-1],), lambda t: t.float().t())
+# nn.Conv1d's depthwise weight [C, 1, K], read as [C, K]
+DEPTHWISE_CONV = Stored(lambda s: ((s[0], 1, s[1]),), lambda t: t.float().reshape(t.shape[0], t.shape[-1]))
+UNSQUEEZED = Stored(lambda s: ((1, 1, *s),), _flat)  # a vector saved [1, 1, C]
+FLAT_OR_UNSQUEEZED = Stored(lambda s: (s, (1, 1, *s)), _flat)  # either, as library versions differ
+
+
+def stacked_row(row: int, rows: int) -> Stored:
+    """One canonical vector kept as row `row` of a [rows, C] checkpoint tensor."""
+    return Stored(lambda s: ((rows, *s),), lambda t: t.float().reshape(rows, -1)[row])
 
 
 class ConfigReader:
@@ -127,17 +154,6 @@ def dt_limit(r: ConfigReader, key: str) -> tuple[float, float | None]:
     return lo, (None if math.isinf(hi) else hi)
 
 
-def conv_f32(t: torch.Tensor) -> torch.Tensor:
-    """A depthwise nn.Conv1d weight [C, 1, K] as the canonical [C, K] (fp32)."""
-    return t.float().reshape(t.shape[0], t.shape[-1])
-
-
-def native_conv_shapes(canonical: Mapping[str, tuple[int, ...]], conv_suffix: str) -> dict[str, tuple[int, ...]]:
-    """The checkpoint's shapes of canonical ones whose depthwise convs (names ending in
-    `conv_suffix`) are squeezed to [C, K]: nn.Conv1d stores them [C, 1, K]."""
-    return {n: (s[0], 1, s[1]) if n.endswith(conv_suffix) else s for n, s in canonical.items()}
-
-
 def head_name(tied: bool, source, head: str, embedding: str) -> str:
     """The checkpoint tensor the LM head is read from: a tied model's embedding, unless the
     file carries its own head anyway (some tied checkpoints do; then it is the head)."""
@@ -158,32 +174,41 @@ def check_layer_count(layers: int, source, prefix: str, origin: str) -> None:
         raise CheckpointError(f"{origin}: config.json says {layers} layers but the checkpoint holds {found} ({prefix}N.*)")
 
 
-def renamed(canonical: Iterable[str], rules: Sequence[tuple[str, str, Callable]]) -> dict[str, tuple[str, Callable]]:
-    """canonical name -> (checkpoint name, transform), by the first rule whose regex matches the
-    whole canonical name: `(pattern, replacement, transform)`, `re.sub` replacement syntax."""
-    compiled = [(re.compile(p), repl, fn) for p, repl, fn in rules]
+def renamed(canonical: Iterable[str], rules: Sequence[tuple[str, str, Stored]]) -> dict[str, tuple[str, Stored]]:
+    """canonical name -> (checkpoint name, how it is stored), by the first rule whose regex
+    matches the whole canonical name: `(pattern, replacement, stored)`, `re.sub` replacement syntax."""
+    compiled = [(re.compile(p), repl, stored) for p, repl, stored in rules]
     out = {}
     for name in canonical:
-        for pattern, repl, fn in compiled:
+        for pattern, repl, stored in compiled:
             if pattern.fullmatch(name):
-                out[name] = (pattern.sub(repl, name), fn)
+                out[name] = (pattern.sub(repl, name), stored)
                 break
         else:
             raise KeyError(f"no checkpoint name rule for {name}")  # a bug in the rules, not user input
     return out
 
 
+def layout_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], layout: Mapping[str, tuple[str, Stored]],
+                what: str, optional: Mapping[str, tuple[int, ...]] | None = None,
+                skipped: Mapping[str, tuple[str, int]] | None = None) -> MappedSource:  # fmt: skip
+    """The canonical-name view of a checkpoint (fp32), after one strict check of every name and shape.
+    `layout`: canonical name -> (checkpoint name, how it is stored there); two canonical names may
+    read one tensor (a tied head, rows of a stack). `optional`: checkpoint tensors that may be
+    present, with these shapes, and are not read; `skipped`: groups left out by prefix, for the
+    manifest ({prefix: (what, count)})."""
+    optional = dict(optional or {})
+    expected = {theirs: stored.expected(canonical[ours], source.shape(theirs) if theirs in source else None)
+                for ours, (theirs, stored) in layout.items()}  # fmt: skip
+    check_strict(source, expected | optional, frozenset(optional), what=what)
+    return MappedSource(source, {ours: (theirs, stored.read) for ours, (theirs, stored) in layout.items()}, canonical, skipped)
+
+
 def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
                  conv_suffix: str | None, what: str, optional: Mapping[str, tuple[int, ...]] | None = None,
                  skipped: Mapping[str, tuple[str, int]] | None = None) -> MappedSource:  # fmt: skip
-    """The canonical-name view of a checkpoint (fp32), after one strict check of every name and shape.
-    `renamed`: canonical -> checkpoint name where they differ (a tied head: the embedding);
-    depthwise convs (names ending in `conv_suffix`, if given) are read [C, 1, K] and squeezed to
-    [C, K]; `optional`: checkpoint tensors that may be present, with these shapes, and are not
-    read; `skipped`: groups left out by prefix, for the manifest ({prefix: (what, count)})."""
-    names = {n: (renamed.get(n, n), conv_f32 if conv_suffix and n.endswith(conv_suffix) else as_f32) for n in canonical}
-    native_shapes = native_conv_shapes(canonical, conv_suffix) if conv_suffix else canonical
-    optional = dict(optional or {})
-    expected = {theirs: native_shapes[ours] for ours, (theirs, _) in names.items()} | optional
-    check_strict(source, expected, frozenset(optional), what=what)
-    return MappedSource(source, names, canonical, skipped)
+    """`layout_view` of the common layout: every tensor as is, under its canonical name unless
+    `renamed` (canonical -> checkpoint name, e.g. a tied head: the embedding), except depthwise
+    convs (names ending in `conv_suffix`, if given), read [C, 1, K] and squeezed to [C, K]."""
+    layout = {n: (renamed.get(n, n), DEPTHWISE_CONV if conv_suffix and n.endswith(conv_suffix) else AS_IS) for n in canonical}
+    return layout_view(source, canonical, layout, what, optional, skipped)

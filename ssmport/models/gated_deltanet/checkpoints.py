@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import TensorSource
 from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig, from_fla
-from ssmport.models.loading import ConfigReader, as_f32, check_layer_count, head_name
+from ssmport.models.loading import ConfigReader, check_layer_count, checked_view, head_name
 
 
 def layer(i: int) -> str:
@@ -40,12 +40,8 @@ def load_fla(cj: Mapping[str, Any], source: TensorSource) -> tuple[GatedDeltaNet
                    conv_bias="model.layers.0.attn.q_conv1d.bias" in source)  # fmt: skip
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
-    shapes = canonical_shapes(cfg)
     tied = ConfigReader(cj, source.origin, "Gated DeltaNet").bool("tie_word_embeddings", False)
-    head = head_name(tied, source, "lm_head.weight", emb)
-    expected = {n: s for n, s in shapes.items() if not (head == emb and n == "lm_head.weight")}
     # fla from 2024-12-20 to 2025-03-12 saved a per-head `attn.D` it never used (fla #226).
     unused = {f"{layer(i)}attn.D": (cfg.num_v_heads,) for i in range(cfg.num_layers)}
-    check_strict(source, expected | unused, frozenset(unused), what=f"Gated DeltaNet {cfg.describe()} (fla layout)")
-    mapping = {n: (n, as_f32) for n in shapes} | {"lm_head.weight": (head, as_f32)}
-    return cfg, MappedSource(source, mapping, shapes)
+    return cfg, checked_view(source, canonical_shapes(cfg), {"lm_head.weight": head_name(tied, source, "lm_head.weight", emb)},
+                             None, f"Gated DeltaNet {cfg.describe()} (fla layout)", optional=unused)  # fmt: skip

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from ssmport.architectures.base import FieldsConfig
 from ssmport.architectures.base import Preset
 from ssmport.errors import CheckpointError
 from ssmport.models.loading import ConfigReader
@@ -21,7 +22,7 @@ FLA_DEFAULTS: dict[str, Any] = {
 
 
 @dataclass(frozen=True)
-class GatedDeltaNetConfig:
+class GatedDeltaNetConfig(FieldsConfig):
     vocab_size: int
     hidden_size: int  # C
     num_layers: int  # L
@@ -51,9 +52,6 @@ class GatedDeltaNetConfig:
     @property
     def group(self) -> int:  # value heads per query/key head
         return self.num_v_heads // self.num_heads
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def validate(self) -> None:
         if self.num_v_heads % self.num_heads:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
@@ -66,9 +66,6 @@ class GraniteHybridConfig(HybridConfig):
         rotary = self.head_dim if self.position_embedding == "rope" else 0
         return AttentionSpec(self.num_heads, self.num_kv_heads, self.head_dim, rotary_dim=rotary, rope_theta=self.rope_theta,
                              scale=self.attention_multiplier, bias=self.attention_bias)  # fmt: skip
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def validate(self) -> None:
         self.check_layers("Granite-4.0-H", LAYER_KINDS)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
@@ -49,9 +49,6 @@ class Lfm2Config(HybridConfig):
         """q/k RMSNorm (plain gain) per head, then full rotate-half RoPE; scale head_dim^-0.5."""
         return AttentionSpec(self.num_heads, self.num_kv_heads, self.head_dim, rotary_dim=self.head_dim,
                              rope_theta=self.rope_theta, qk_norm="rms", norm_eps=self.norm_eps)  # fmt: skip
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def validate(self) -> None:
         self.check_layers("LFM2", LAYER_KINDS)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
+from ssmport.architectures.base import FieldsConfig
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 from ssmport.models.loading import ConfigReader, dt_limit
@@ -49,7 +50,7 @@ class MixerSpec:
 
 
 @dataclass(frozen=True)
-class Mamba2Config:
+class Mamba2Config(FieldsConfig):
     vocab_size: int  # rows of the embedding (padded vocab)
     hidden_size: int  # D
     num_layers: int  # L
@@ -81,9 +82,6 @@ class Mamba2Config:
     @property
     def in_proj_size(self) -> int:
         return self.mixer.in_proj_size
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def validate(self) -> None:
         self.mixer.validate("Mamba-2")

@@ -14,7 +14,7 @@ rather than guessed at (tests/test_nemotron_h.py keeps a fixture with dt below t
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
@@ -70,9 +70,6 @@ class NemotronHConfig(HybridConfig):
     def attention(self) -> AttentionSpec:
         """No positional encoding, no q/k norm, scale head_dim^-0.5."""
         return AttentionSpec(self.num_heads, self.num_kv_heads, self.head_dim)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def validate(self) -> None:
         self.check_layers(f"Nemotron-H pattern {self.pattern!r}", tuple(PATTERN_KINDS.values()))

@@ -9,7 +9,7 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
-from ssmport.models.layers import norm_head
+from ssmport.models.layers import ReluSquaredMLP, norm_head
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.models.rwkv7.quant import role
 from ssmport.ops import wkv7
@@ -43,8 +43,7 @@ class RWKV7Block(nn.Module):
         self.g1, self.g2 = mm(a + "g1"), mm(a + "g2")
         self.k_k, self.k_a, self.r_k = vec(a + "k_k"), vec(a + "k_a"), vec(a + "r_k")
         self.lnx_w, self.lnx_b = vec(a + "ln_x.weight"), vec(a + "ln_x.bias")
-        self.ffn_mix = vec(f + "x_k")
-        self.ffn_key, self.ffn_value = mm(f + "key.weight"), mm(f + "value.weight")
+        self.ffn_mix, self.ffn = vec(f + "x_k"), ReluSquaredMLP(f + "key.weight", f + "value.weight", src, b)
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         """x [T, C] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
@@ -87,8 +86,7 @@ class RWKV7Block(nn.Module):
         # --- channel mix ---
         xf = layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
         kf = xf + ((shift[1:2].float() if step.decode else token_shift(xf, shift[1:2])) - xf) * self.ffn_mix
-        hidden = torch.relu(self.ffn_key(kf))
-        x = x + self.ffn_value(hidden * hidden)
+        x = x + self.ffn(kf)
 
         if not step.decode:  # the shift rows are the last real token's
             xa, xf = last_valid(xa, step.valid_len), last_valid(xf, step.valid_len)

@@ -7,9 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import MAX_LAYERS, ConfigReader, as_f32, check_layer_count, head_name, layer_count, renamed
+from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, MAX_LAYERS, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored,
+                                    check_layer_count, head_name, layer_count, layout_view, renamed, stacked_row)
 from ssmport.models.rwkv7.config import MIX_NAMES, RWKV7Config
 
 
@@ -43,12 +44,9 @@ def canonical_shapes(cfg: RWKV7Config) -> dict[str, tuple[int, ...]]:
 _UNSQUEEZED_1x1 = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a")
 
 
-def _squeeze_f32(t):
-    return t.float().reshape(-1)
-
-
-def blinkdl_native_shape(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
-    return (1, 1, *shape) if name.rsplit(".", 1)[-1] in _UNSQUEEZED_1x1 else shape
+def blinkdl_layout(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, Stored]]:
+    """BlinkDL's names are the canonical ones; its per-channel vectors are saved [1, 1, C]."""
+    return {n: (n, UNSQUEEZED if n.rsplit(".", 1)[-1] in _UNSQUEEZED_1x1 else AS_IS) for n in canonical}
 
 
 def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
@@ -74,65 +72,41 @@ def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
         gate_lora=source.shape("blocks.0.att.g1")[-1], has_ln0="blocks.0.ln0.weight" in source,
     )  # fmt: skip
     cfg.validate()
-    canonical = canonical_shapes(cfg)
-    native = {n: blinkdl_native_shape(n, s) for n, s in canonical.items()}
     # Layer 0's v0/v1/v2 are unused by the math; checkpoints may or may not carry them.
     optional = {"blocks.0.att.v0": (1, 1, cfg.value_size), "blocks.0.att.v1": (cfg.hidden_size, cfg.v_lora),
                 "blocks.0.att.v2": (cfg.v_lora, cfg.value_size)}  # fmt: skip
-    check_strict(source, native | optional, frozenset(optional), what=f"RWKV-7 {cfg.describe()}")
-    mapping = {n: (n, _squeeze_f32 if len(native[n]) == 3 else as_f32) for n in canonical}
-    return cfg, MappedSource(source, mapping, canonical)
+    canonical = canonical_shapes(cfg)
+    return cfg, layout_view(source, canonical, blinkdl_layout(canonical), f"RWKV-7 {cfg.describe()}", optional)
 
 
 # --- fla / Hugging Face -----------------------------------------------------------------
 
-_FLA_VECTORS = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "k_k", "k_a")
-
-
-def _fla_names(cfg: RWKV7Config, head: str, stacked_mixes: bool) -> dict[str, tuple[str, Any]]:
-    """canonical name -> (fla name, transform). `stacked_mixes`: fla between 2025-01-20 and
-    2025-04-09 stored the six token-shift mixes as one `attn.x_x` [6, C] (rows r, w, k, v, a, g)."""
-    L, t = r"blocks\.(\d+)\.", lambda x: x.float().t()
+def fla_layout(cfg: RWKV7Config, head: str, stacked_mixes: bool) -> dict[str, tuple[str, Stored]]:
+    """canonical name -> (fla name, how fla stores it). `stacked_mixes`: fla between 2025-01-20
+    and 2025-04-09 stored the six token-shift mixes as one `attn.x_x` [6, C] (rows r, w, k, v, a, g);
+    per-channel vectors were saved [C] or [1, 1, C], depending on the fla version."""
+    L = r"blocks\.(\d+)\."
     rules = [
-        ("emb.weight", "model.embeddings.weight", as_f32),
-        (r"blocks\.0\.ln0\.(\w+)", r"model.layers.0.pre_norm.\1", as_f32),
-        (L + r"ln1\.(\w+)", r"model.layers.\1.attn_norm.\2", as_f32),
-        (L + r"ln2\.(\w+)", r"model.layers.\1.ffn_norm.\2", as_f32),
-        (L + r"att\.ln_x\.(\w+)", r"model.layers.\1.attn.g_norm.\2", as_f32),
-        *((L + f"att\\.x_{m}", r"model.layers.\1.attn.x_x", _mix_row(j)) for j, m in enumerate(MIX_NAMES) if stacked_mixes),
-        (L + r"att\.([wavg])1", r"model.layers.\1.attn.\2_lora.lora.0.weight", t),
-        (L + r"att\.([wavg])2", r"model.layers.\1.attn.\2_lora.lora.2.weight", t),
-        (L + r"att\.([wav])0", r"model.layers.\1.attn.\2_lora.lora.2.bias", as_f32),
-        (L + r"att\.(x_\w|k_k|k_a)", r"model.layers.\1.attn.\2", _squeeze_f32),
-        (L + r"att\.r_k", r"model.layers.\1.attn.r_k", as_f32),
-        *((L + f"att\\.{ours}\\.weight", f"model.layers.\\1.attn.{theirs}.weight", as_f32) for ours, theirs in
+        ("emb.weight", "model.embeddings.weight", AS_IS),
+        (r"blocks\.0\.ln0\.(\w+)", r"model.layers.0.pre_norm.\1", AS_IS),
+        (L + r"ln1\.(\w+)", r"model.layers.\1.attn_norm.\2", AS_IS),
+        (L + r"ln2\.(\w+)", r"model.layers.\1.ffn_norm.\2", AS_IS),
+        (L + r"att\.ln_x\.(\w+)", r"model.layers.\1.attn.g_norm.\2", AS_IS),
+        *((L + f"att\\.x_{m}", r"model.layers.\1.attn.x_x", stacked_row(j, len(MIX_NAMES)))
+          for j, m in enumerate(MIX_NAMES) if stacked_mixes),
+        (L + r"att\.([wavg])1", r"model.layers.\1.attn.\2_lora.lora.0.weight", TRANSPOSED),
+        (L + r"att\.([wavg])2", r"model.layers.\1.attn.\2_lora.lora.2.weight", TRANSPOSED),
+        (L + r"att\.([wav])0", r"model.layers.\1.attn.\2_lora.lora.2.bias", AS_IS),
+        (L + r"att\.(x_\w|k_k|k_a)", r"model.layers.\1.attn.\2", FLAT_OR_UNSQUEEZED),
+        (L + r"att\.r_k", r"model.layers.\1.attn.r_k", AS_IS),
+        *((L + f"att\\.{ours}\\.weight", f"model.layers.\\1.attn.{theirs}.weight", AS_IS) for ours, theirs in
           (("receptance", "r_proj"), ("key", "k_proj"), ("value", "v_proj"), ("output", "o_proj"))),
-        (L + r"ffn\.x_k", r"model.layers.\1.ffn.x_k", _squeeze_f32),
-        (L + r"ffn\.(key|value)\.weight", r"model.layers.\1.ffn.\2.weight", as_f32),
-        (r"ln_out\.(\w+)", r"model.norm.\1", as_f32),
-        ("head.weight", head, as_f32),
+        (L + r"ffn\.x_k", r"model.layers.\1.ffn.x_k", FLAT_OR_UNSQUEEZED),
+        (L + r"ffn\.(key|value)\.weight", r"model.layers.\1.ffn.\2.weight", AS_IS),
+        (r"ln_out\.(\w+)", r"model.norm.\1", AS_IS),
+        ("head.weight", head, AS_IS),
     ]  # fmt: skip
     return renamed(canonical_shapes(cfg), rules)
-
-
-def _mix_row(j: int):
-    return lambda t: t.float().reshape(len(MIX_NAMES), -1)[j]
-
-
-def _fla_native_shapes(names: dict[str, tuple[str, Any]], canonical: dict, source: TensorSource) -> dict:
-    """The shape each fla tensor must have; per-channel vectors were saved as [C] or [1, 1, C]
-    depending on the fla version: either is accepted, nothing else."""
-    native = {}
-    for ours, (theirs, _) in names.items():
-        shape, leaf = canonical[ours], theirs.rsplit(".", 1)[-1]
-        if leaf == "x_x":
-            shape = (len(MIX_NAMES), *shape)
-        elif theirs.endswith((".lora.0.weight", ".lora.2.weight")):
-            shape = shape[::-1]
-        elif leaf in _FLA_VECTORS and theirs in source and source.shape(theirs) == (1, 1, *shape):
-            shape = (1, 1, *shape)
-        native[theirs] = shape
-    return native
 
 
 def _config_from_fla(cj: Mapping[str, Any], source: TensorSource) -> RWKV7Config:
@@ -181,8 +155,6 @@ def load_fla(config_json: Mapping[str, Any], source: TensorSource) -> tuple[RWKV
     cfg = _config_from_fla(config_json, source)
     cfg.validate()
     tied = ConfigReader(config_json, source.origin, "RWKV-7").bool("tie_word_embeddings", False)
-    canonical = canonical_shapes(cfg)
-    names = _fla_names(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"),
-                       stacked_mixes="model.layers.0.attn.x_x" in source)  # fmt: skip
-    check_strict(source, _fla_native_shapes(names, canonical, source), what=f"RWKV-7 {cfg.describe()} (fla layout)")
-    return cfg, MappedSource(source, names, canonical)
+    layout = fla_layout(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"),
+                        stacked_mixes="model.layers.0.attn.x_x" in source)  # fmt: skip
+    return cfg, layout_view(source, canonical_shapes(cfg), layout, f"RWKV-7 {cfg.describe()} (fla layout)")

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
+from ssmport.architectures.base import FieldsConfig
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 
@@ -16,7 +16,7 @@ WORLD_VOCAB_ROWS = 65536
 
 
 @dataclass(frozen=True)
-class RWKV7Config:
+class RWKV7Config(FieldsConfig):
     vocab_size: int
     hidden_size: int  # C
     num_layers: int  # L
@@ -42,9 +42,6 @@ class RWKV7Config:
     @property
     def value_size(self) -> int:
         return self.num_heads * self.v_head
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
     def validate(self) -> None:
         if self.hidden_size % self.head_size:

@@ -15,6 +15,7 @@ from ssmport.models.package import Reference
 from ssmport.models.rwkv7.checkpoints import canonical_shapes
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.ops import wkv7
+from ssmport.ops.norms import group_norm_naive, unit_normalize_naive
 
 
 class RWKV7Reference(Reference):
@@ -63,14 +64,13 @@ class RWKV7Reference(Reference):
             v_first = v
         else:
             v = v + (v_first - v) * torch.sigmoid(w["v0"] + (xv @ w["v1"]) @ w["v2"])
-        out = torch.empty(H * Nv)
+        y, bonus = torch.empty(H, Nv), torch.empty(H * Nv)
         for h in range(H):
             ks, vs = slice(h * N, (h + 1) * N), slice(h * Nv, (h + 1) * Nv)
-            kk_h = kk[ks] / kk[ks].norm().clamp_min(1e-12)
-            state["wkv"][i][h], y = wkv7.naive_step(state["wkv"][i][h], r[ks], decay[ks], kk_h, a[ks], k[ks], v[vs])
-            y = (y - y.mean()) / torch.sqrt(y.var(unbiased=False) + c.ln_x_eps)
-            y = y * w["ln_x.weight"][vs] + w["ln_x.bias"][vs]
-            out[vs] = y + (r[ks] * k[ks] * w["r_k"][h]).sum() * v[vs]
+            kk_h = unit_normalize_naive(kk[ks])
+            state["wkv"][i][h], y[h] = wkv7.naive_step(state["wkv"][i][h], r[ks], decay[ks], kk_h, a[ks], k[ks], v[vs])
+            bonus[vs] = (r[ks] * k[ks] * w["r_k"][h]).sum() * v[vs]
+        out = group_norm_naive(y, w["ln_x.weight"], w["ln_x.bias"], c.ln_x_eps) + bonus  # ln_x: one group per head
         return w["output.weight"] @ (out * g), v_first
 
     def _channel_mix(self, i, x, state):
