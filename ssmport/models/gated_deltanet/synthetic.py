@@ -6,14 +6,15 @@ import math
 
 import torch
 
+from ssmport.models.inits import a_log_init, dt_bias_init
+
 
 def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     randn = torch.randn(shape, generator=g)
-    if name.endswith("A_log"):  # A ~ U(1, 16), fla's range
-        return torch.log(1 + 15 * torch.rand(shape, generator=g))
-    if name.endswith("dt_bias"):  # softplus^-1 of dt ~ logU(1e-3, 1e-1), fla's init
-        dt = torch.exp(torch.rand(shape, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-        return dt + torch.log(-torch.expm1(-dt))
+    if name.endswith("A_log"):
+        return a_log_init(torch.rand(shape, generator=g))
+    if name.endswith("dt_bias"):
+        return dt_bias_init(torch.rand(shape, generator=g))
     if "_conv1d." in name:
         return 0.5 * randn if name.endswith(".weight") else 0.1 * randn
     if len(shape) == 1:  # norm gains

@@ -7,15 +7,16 @@ import math
 
 import torch
 
+from ssmport.models.inits import a_log_init, dt_bias_init
+
 
 def mixer_init(leaf: str, shape: tuple[int, ...], rand: torch.Tensor, randn: torch.Tensor) -> torch.Tensor | None:
     """A Mamba-2 mixer tensor's value by its leaf name (uniform and normal draws of its shape
     given), or None for a projection or the gated norm's gain (the caller's defaults)."""
     if leaf == "A_log":
-        return torch.log(1 + 15 * rand)
+        return a_log_init(rand)
     if leaf == "dt_bias":
-        dt = torch.exp(rand * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-        return dt + torch.log(-torch.expm1(-dt))  # inverse softplus
+        return dt_bias_init(rand)
     if leaf == "D":
         return 1.0 + 0.1 * randn
     if leaf == "conv1d.weight":

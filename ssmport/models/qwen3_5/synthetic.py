@@ -7,6 +7,8 @@ import math
 
 import torch
 
+from ssmport.models.inits import a_log_init, dt_bias_init
+
 # Qwen3.5's zero-centred norms multiply by (1 + w): w near 0 is a gain near 1.
 _ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight")
 
@@ -14,10 +16,9 @@ _ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight", "q
 def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     randn = torch.randn(shape, generator=g)
     if name.endswith("A_log"):
-        return torch.log(1 + 15 * torch.rand(shape, generator=g))
+        return a_log_init(torch.rand(shape, generator=g))
     if name.endswith("dt_bias"):
-        dt = torch.exp(torch.rand(shape, generator=g) * (math.log(0.1) - math.log(1e-3)) + math.log(1e-3))
-        return dt + torch.log(-torch.expm1(-dt))
+        return dt_bias_init(torch.rand(shape, generator=g))
     if name.endswith("conv1d.weight"):
         return 0.5 * randn
     if name.endswith(_ZERO_CENTRED) or name == "model.norm.weight":
