@@ -202,6 +202,21 @@ class Mamba2StateMixer(nn.Module):
 # --------------------------------------------------------------------------- references
 
 
+def reference_zero_state(c: HybridConfig, attention_kind: str, recurrent: Mapping[str, tuple[str, tuple[int, ...]]]) -> dict:
+    """A hybrid reference's starting state: position 0; each recurrent state (`name: (layer
+    kind, shape)`) zero for every layer of its kind; no K/V rows yet in the attention layers."""
+    attns = c.layer_indices(attention_kind)
+    zeros = {name: {i: torch.zeros(shape) for i in c.layer_indices(kind)} for name, (kind, shape) in recurrent.items()}
+    return {"position": 0, **zeros, "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}
+
+
+def mamba_attention_zero_state(c: HybridConfig) -> dict:
+    """`reference_zero_state` of a Mamba-2 + attention hybrid (Granite-4.0-H, Nemotron-H)."""
+    m = c.mixer
+    return reference_zero_state(c, ATTENTION, {"conv": (MAMBA, (m.conv_dim, m.conv_kernel)),
+                                               "ssm": (MAMBA, (m.num_heads, m.head_dim, m.state_size))})  # fmt: skip
+
+
 def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.Tensor, keys: list, values: list,
                    position: int) -> torch.Tensor:  # fmt: skip
     """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"

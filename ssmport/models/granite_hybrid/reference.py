@@ -15,8 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
-from ssmport.models.granite_hybrid.config import ATTENTION, MAMBA
-from ssmport.models.hybrid import attention_step
+from ssmport.models.granite_hybrid.config import MAMBA
+from ssmport.models.hybrid import attention_step, mamba_attention_zero_state
 from ssmport.models.mamba2.reference import mixer_step
 from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive
@@ -29,11 +29,7 @@ class GraniteHybridReference(Reference):
     shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
-        c, m = self.cfg, self.cfg.mixer
-        mambas, attns = c.layer_indices(MAMBA), c.layer_indices(ATTENTION)
-        return {"position": 0, "conv": {i: torch.zeros(m.conv_dim, m.conv_kernel) for i in mambas},
-                "ssm": {i: torch.zeros(m.num_heads, m.head_dim, m.state_size) for i in mambas},
-                "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
+        return mamba_attention_zero_state(self.cfg)
 
     def step(self, token: int, state: dict) -> torch.Tensor:
         c, w = self.cfg, self.w

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step
+from ssmport.models.hybrid import attention_step, reference_zero_state
 from ssmport.models.lfm2.checkpoints import EMBEDDING, HEAD, attention, canonical_shapes, layer
 from ssmport.models.lfm2.config import ATTENTION, CONV
 from ssmport.models.package import Reference
@@ -30,10 +30,7 @@ class Lfm2Reference(Reference):
     shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
-        c = self.cfg
-        convs, attns = c.layer_indices(CONV), c.layer_indices(ATTENTION)
-        return {"position": 0, "conv": {i: torch.zeros(c.hidden_size, c.conv_kernel) for i in convs},
-                "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
+        return reference_zero_state(self.cfg, ATTENTION, {"conv": (CONV, (self.cfg.hidden_size, self.cfg.conv_kernel))})
 
     def step(self, token: int, state: dict) -> torch.Tensor:
         c, w = self.cfg, self.w

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ssmport.models.hybrid import attention_step
+from ssmport.models.hybrid import attention_step, mamba_attention_zero_state
 from ssmport.models.mamba2.reference import mixer_step
 from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA
@@ -28,11 +28,7 @@ class NemotronHReference(Reference):
     shapes = staticmethod(canonical_shapes)
 
     def zero_state(self) -> dict:
-        c, m = self.cfg, self.cfg.mixer
-        mambas, attns = c.layer_indices(MAMBA), c.layer_indices(ATTENTION)
-        return {"position": 0, "conv": {i: torch.zeros(m.conv_dim, m.conv_kernel) for i in mambas},
-                "ssm": {i: torch.zeros(m.num_heads, m.head_dim, m.state_size) for i in mambas},
-                "K": {i: [] for i in attns}, "V": {i: [] for i in attns}}  # fmt: skip
+        return mamba_attention_zero_state(self.cfg)
 
     def step(self, token: int, state: dict) -> torch.Tensor:
         c, w = self.cfg, self.w

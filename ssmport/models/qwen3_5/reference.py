@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step
+from ssmport.models.hybrid import attention_step, reference_zero_state
 from ssmport.models.package import Reference
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, canonical_shapes, layer
 from ssmport.models.qwen3_5.config import FULL, LINEAR
@@ -41,10 +41,9 @@ class Qwen35Reference(Reference):
 
     def zero_state(self) -> dict:
         c = self.cfg
-        linear, full = c.layer_indices(LINEAR), c.layer_indices(FULL)
-        return {"conv": {i: torch.zeros(c.linear_conv_kernel_dim, c.delta_rule.conv_dim) for i in linear},
-                "S": {i: torch.zeros(c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim) for i in linear},
-                "K": {i: [] for i in full}, "V": {i: [] for i in full}, "position": 0}  # fmt: skip
+        return reference_zero_state(c, FULL, {
+            "conv": (LINEAR, (c.linear_conv_kernel_dim, c.delta_rule.conv_dim)),
+            "S": (LINEAR, (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim))})
 
     def step(self, token: int, state: dict) -> torch.Tensor:
         c, w = self.cfg, self.w
