@@ -6,15 +6,14 @@ import math
 
 import torch
 
-from ssmport.models.inits import a_log_init, dt_bias_init
+from ssmport.models.inits import decay_init
 
 
 def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     randn = torch.randn(shape, generator=g)
-    if name.endswith("A_log"):
-        return a_log_init(torch.rand(shape, generator=g))
-    if name.endswith("dt_bias"):
-        return dt_bias_init(torch.rand(shape, generator=g))
+    decay = decay_init(name, shape, g)
+    if decay is not None:
+        return decay
     if "_conv1d." in name:
         return 0.5 * randn if name.endswith(".weight") else 0.1 * randn
     if len(shape) == 1:  # norm gains

@@ -7,7 +7,7 @@ import math
 
 import torch
 
-from ssmport.models.inits import a_log_init, dt_bias_init
+from ssmport.models.inits import decay_init
 
 # Qwen3.5's zero-centred norms multiply by (1 + w): w near 0 is a gain near 1.
 _ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight")
@@ -15,10 +15,9 @@ _ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight", "q
 
 def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
     randn = torch.randn(shape, generator=g)
-    if name.endswith("A_log"):
-        return a_log_init(torch.rand(shape, generator=g))
-    if name.endswith("dt_bias"):
-        return dt_bias_init(torch.rand(shape, generator=g))
+    decay = decay_init(name, shape, g)
+    if decay is not None:
+        return decay
     if name.endswith("conv1d.weight"):
         return 0.5 * randn
     if name.endswith(_ZERO_CENTRED) or name == "model.norm.weight":
