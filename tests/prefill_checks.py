@@ -34,11 +34,11 @@ def run_prefill(module, tokens: list[int], pad: int = 0) -> torch.Tensor:
     return logits.view(-1)
 
 
-def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int, then: tuple[int, ...] = (3,)) -> None:
+def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int, then: tuple[int, ...] = (3,), chunk: int = CHUNK) -> None:
     """On the Core AI runtime: prefill's last logits and states vs `main` fed one by one,
     then the decode steps `then` from the state each left."""
     with Runner(bundle_path) as fast, Runner(bundle_path, prefill=False) as slow:
-        assert fast.has_prefill and fast.prefill_chunk == CHUNK and not slow.has_prefill
+        assert fast.has_prefill and fast.prefill_chunk == chunk and not slow.has_prefill
         tokens = prompt(n, fast.vocab_size)
         got, want = fast.feed(tokens), slow.feed(tokens)
         assert got.shape == want.shape == (fast.vocab_size,)

@@ -95,7 +95,7 @@ def test_chunk_decays_equal_the_explicit_sums(valid):
         close(a, b, 1e-12)
 
 
-@pytest.mark.parametrize("T, max_tokens", [(1, None), (5, None), (64, None), (6, 64)])
+@pytest.mark.parametrize("T, max_tokens", [(1, None), (5, None), (16, None), (40, None), (64, None), (128, None), (6, 64)])
 def test_unit_lower_inverse_equals_forward_substitution(T, max_tokens):
     """The WY forms' (I + N)^-1 as a product of matmuls; with `max_tokens` (a symbolic T) it
     takes more factors than T needs, and the extra ones are exactly I."""
@@ -103,6 +103,38 @@ def test_unit_lower_inverse_equals_forward_substitution(T, max_tokens):
     got = triangular.unit_lower_inverse(-n, max_tokens)
     close(got, triangular.unit_lower_inverse_naive(-n), 1e-10)
     close(got @ (torch.eye(T, dtype=torch.float64) + n), torch.eye(T, dtype=torch.float64).expand(2, T, T), 1e-10)
+
+
+def test_unit_lower_inverse_stays_exact_in_fp32_where_one_level_does_not():
+    """Correlated unit keys with slow decay, the shape of RWKV-7's removal terms at T = 64
+    (|N| 0.43, the inverse's largest entry 1): the one-level product's powers grow and cancel
+    in fp32; the two-level solve stays at fp32 rounding."""
+    T, d = 64, 64
+    g = torch.Generator().manual_seed(0)
+    keys = torch.nn.functional.normalize(torch.randn(d, generator=g) + torch.randn(T, d, generator=g), dim=-1)
+    t = torch.arange(T, dtype=torch.float32)
+    n = (0.6 * (keys @ keys.T) * torch.exp(-0.01 * (t.view(-1, 1) - t.view(1, -1)))).tril(-1)
+    want = triangular.unit_lower_inverse_naive(-n.double())
+    assert float((triangular.unit_lower_inverse(-n).double() - want).abs().max()) < 1e-5
+    assert float((triangular._power_product(-n, T).double() - want).abs().max()) > 1e-2  # why there are two levels
+
+
+def test_wkv7_chunk_stays_at_fp32_rounding_with_correlated_removal_keys():
+    """64 tokens whose removal keys share a direction, slow decay, a near 1: the case where a
+    one-level (I + A)^-1 drifted (6e-3 in rwkv7-0.1b's deeper layers); the fp64 loop is the
+    reference."""
+    T, H, N, Nv = 64, 2, 64, 16
+    g = torch.Generator().manual_seed(1)
+    kk = norms.unit_normalize(torch.randn(1, H, N, generator=g) + torch.randn(T, H, N, generator=g))
+    S0, r, k, v = (torch.randn(*s, generator=g) for s in ((H, N, Nv), (T, H, N), (T, H, N), (T, H, Nv)))
+    w, kka = torch.full((T, H, N), 0.995), kk * 0.9
+    S_chunk, _ = wkv7.chunk(S0, r, w, kk, kka, k, v, torch.tensor([T]))
+    S = S0.double()
+    for t in range(T):
+        S, _ = wkv7.step(S.view(1, H, N, Nv), *(x[t].double().view(shape) for x, shape in (
+            (r, (1, H, 1, N)), (w, (1, H, N, 1)), (kk, (1, H, 1, N)), (kka, (1, H, N, 1)), (k, (1, H, N, 1)),
+            (v, (1, H, 1, Nv)))))  # fmt: skip
+    close(S_chunk.double(), S.view(H, N, Nv), 1e-4)
 
 
 def test_deferred_update_equals_per_layer_updates():
@@ -252,13 +284,12 @@ def test_wkv7_chunk_equals_the_step_loop(T, valid):
 
 
 def test_wkv7_chunk_holds_in_fp32_at_the_longest_chunk_and_the_strongest_decay():
-    """exp(+-L) stays inside fp32 at MAX_CHUNK tokens of the strongest decay RWKV-7 allows, in
-    one piece (`chunk_form`; `chunk` hands it at most SUB_CHUNK tokens at a time)."""
+    """exp(+-L) stays inside fp32 at MAX_CHUNK tokens of the strongest decay RWKV-7 allows."""
     T, H, N, Nv = wkv7.MAX_CHUNK, 2, 16, 8
     S0, r, k, v = randn(H, N, Nv), randn(T, H, N), randn(T, H, N), randn(T, H, Nv)
     kk = norms.unit_normalize(randn(T, H, N))
     w = torch.full((T, H, N), math.exp(-math.exp(-0.5)) * 1.0001)
-    S_chunk, y_chunk = wkv7.chunk_form(S0, r, w, kk, kk * 0.5, k, v, torch.tensor([T]))
+    S_chunk, y_chunk = wkv7.chunk(S0, r, w, kk, kk * 0.5, k, v, torch.tensor([T]))
     S = S0.double()
     for t in range(T):
         S, _ = wkv7.step(S.view(1, H, N, Nv), *(x[t].double().view(shape) for x, shape in (

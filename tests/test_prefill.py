@@ -57,6 +57,16 @@ def test_coreai_prefill_equals_m1_loop(prefill_bundle, n):
     assert_coreai_prefill_equals_m1_loop(prefill_bundle.path, n)
 
 
+def test_coreai_prefill_with_the_two_level_solve_equals_m1_loop(blinkdl_pth, bundles, export_fn):
+    """A 32-token chunk takes ops.triangular's two-level solve (above BLOCK tokens), as the
+    default 64-token chunk does: converted, run, and exact on the runtime, a partial chunk too."""
+    from ssmport.ops.triangular import BLOCK
+
+    chunk = 2 * BLOCK
+    bundle = export_fn(blinkdl_pth, bundles, quant="fp32", gate_steps=4, prefill_chunk=chunk, name=f"prefill-t{chunk}")
+    assert_coreai_prefill_equals_m1_loop(bundle.path, chunk + 13, chunk=chunk)
+
+
 def test_prefill_manifest_and_runtime_signature(prefill_bundle, dims):
     m = prefill_bundle.manifest
     p = m.prefill

@@ -49,26 +49,6 @@ def decode(S, r, decay, kk, kka, k, v):
 
 
 def chunk(S0, r, decay, kk, kka, k, v, valid_len, max_tokens: int | None = None):
-    """The WKV recurrence over a chunk of T tokens (arguments and result as `chunk_form`), as
-    `chunk_form` over consecutive sub-chunks of at most SUB_CHUNK tokens, each starting from
-    the state the one before left (unrolled at trace time: still no loop in the graph).
-
-    Why: on the Core AI runtime the one-piece form over 64 tokens drifts from the M=1 loop
-    (rwkv7-0.1b synthetic, 64-token prompt: recState max |Δ| 1.9e-3 of a scale 13, vs 6.1e-5
-    with 16-token and 6.6e-5 with 32-token chunks; torch eager runs the 64-token form within
-    2.7e-5). A symbolic T (a dynamic-shape export) takes the one-piece form."""
-    T = r.shape[0]
-    if max_tokens is not None or T <= SUB_CHUNK:
-        return chunk_form(S0, r, decay, kk, kka, k, v, valid_len, max_tokens)
-    S, ys = S0, []
-    for start in range(0, T, SUB_CHUNK):
-        part = slice(start, start + SUB_CHUNK)
-        S, y = chunk_form(S, r[part], decay[part], kk[part], kka[part], k[part], v[part], valid_len - start)
-        ys.append(y)
-    return S, torch.cat(ys)
-
-
-def chunk_form(S0, r, decay, kk, kka, k, v, valid_len, max_tokens: int | None = None):
     """The WKV recurrence over a chunk of T tokens in its chunkwise (WY) form: matmuls, no loop.
 
     S0 [H,N,Nv] fp32; r, decay, kk, kka = kk*a, k [T,H,N]; v [T,H,Nv]. With L[t] the per-key
@@ -87,8 +67,9 @@ def chunk_form(S0, r, decay, kk, kka, k, v, valid_len, max_tokens: int | None = 
     every product is a [T,N] @ [N,T] matmul; that is safe in fp32 while the chunk's total log
     decay stays inside fp32's exponent range: w > exp(-exp(-0.5)) bounds it by 0.61 per token,
     so T <= 128 (`MAX_CHUNK`). (I + A)^-1 = (I - A)(I + A^2)(I + A^4)... (A is strictly lower
-    triangular), ceil(log2 T) factors, or those of `max_tokens` when T is symbolic. Rows
-    t >= valid_len are padding: decay 1, kka = k = 0, so they change nothing.
+    triangular), solved in two levels above 16 tokens (ssmport.ops.triangular: one level
+    drifts by 6e-3 over 64 tokens of real decays, even in torch fp32). Rows t >= valid_len are
+    padding: decay 1, kka = k = 0, so they change nothing.
     Returns (S_end [H,N,Nv], y [T,H,Nv])."""
     T = r.shape[0]
     dtype = S0.dtype
@@ -115,5 +96,4 @@ def chunk_form(S0, r, decay, kk, kka, k, v, valid_len, max_tokens: int | None = 
     return S, y.transpose(0, 1).contiguous()
 
 
-MAX_CHUNK = 128  # the longest chunk `chunk_form` keeps inside fp32's exponent range (see there)
-SUB_CHUNK = 32  # the longest piece `chunk` hands `chunk_form` (see there)
+MAX_CHUNK = 128  # the longest chunk `chunk` keeps inside fp32's exponent range (see there)
