@@ -61,7 +61,7 @@ KEY_CACHE, VALUE_CACHE, CONV_STATES, RECURRENT_STATES = "keyCache", "valueCache"
 def assert_torch_paths() -> None:
     """Fail unless transformers runs its own torch code for every hybrid op.
 
-    transformers 5.23 wraps each op (`causal_conv1d_update`, `torch_chunk_gated_delta_rule`,
+    transformers 5.24 wraps each op (`causal_conv1d_update`, `torch_chunk_gated_delta_rule`,
     `mamba2_chunk_scan`, ...) in `use_kernel_func_from_hub_with_fallback`, which binds the
     kernel package's function at import time if the package imports; the wrapper keeps
     that choice in its closure as `is_new_implementation`.
@@ -257,7 +257,7 @@ def _qwen35_text_config(d: Qwen35Dims) -> dict:
     }  # fmt: skip
 
 
-# Keys released Qwen3.5 text configs carry that transformers 5.23 does not model (it reads
+# Keys released Qwen3.5 text configs carry that transformers 5.24 does not model (it reads
 # none of them; docs/hybrids.md says which ssmport must check).
 QWEN35_RELEASED_TEXT_KEYS = {"attn_output_gate": True, "full_attention_interval": 4, "mamba_ssm_dtype": "float32",
                              "mlp_only_layers": [], "mtp_num_hidden_layers": 1,

@@ -174,7 +174,7 @@ def test_qwen35_mrope_sections_do_not_matter_for_text(tmp_path, runs, section):
 
 
 def test_qwen35_attn_output_gate_key_is_not_read_by_transformers(tmp_path, folders, runs):
-    """transformers 5.23 always gates (q_proj is 2x wide); the released key is inert there,
+    """transformers 5.24 always gates (q_proj is 2x wide); the released key is inert there,
     so ssmport must refuse `attn_output_gate: false` rather than follow it."""
     folder = tmp_path / "no-gate"
     folder.mkdir()

@@ -1,6 +1,6 @@
 """Nemotron-H config (transformers' NemotronHConfig, dense releases), presets, and the dt clamp.
 
-**dt is not clamped** (the mixer's MixerSpec has dt_min 0, no dt_max). transformers 5.23's
+**dt is not clamped** (the mixer's MixerSpec has dt_min 0, no dt_max). transformers 5.24's
 Nemotron-H mixer passes (time_step_min, inf) to its chunked scan but nothing to its one-token
 update, so its own prompt processing and decoding disagree once softplus(dt + dt_bias) falls
 below time_step_min (tests/test_hybrid_files.py pins that). NVIDIA's remote code (a public copy
@@ -100,7 +100,7 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> NemotronHConfig:
     max_positions = max_positions_from(r)
     pattern = _pattern(cj, r)
     head_dim, eps = r.int("head_dim", 128), r.float("layer_norm_epsilon", 1e-5, positive=True)
-    # Keys transformers 5.23 does not read, refused where they would change the model.
+    # Keys transformers 5.24 does not read, refused where they would change the model.
     r.refuse({"MoE layers ('E' in the layer pattern; only the dense releases)": "E" in pattern,
               f"unknown layer kind(s) {sorted(set(pattern) - set(PATTERN_KINDS) - {'E'})} in the layer pattern":
                   bool(set(pattern) - set(PATTERN_KINDS) - {"E"}),

@@ -1,4 +1,4 @@
-"""Qwen3.5 (`qwen3_5`, `qwen3_5_text`) config, read from config.json as transformers 5.23 reads
+"""Qwen3.5 (`qwen3_5`, `qwen3_5_text`) config, read from config.json as transformers 5.24 reads
 it (docs/hybrids.md, section 1), and the presets of the released dense sizes."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ ZERO_CENTRED = "rms_offset"  # Qwen3.5's RMSNorms: x / rms(x) * (1 + w)
 # weights' (every step attends over the whole buffer, masked); the released
 # max_position_embeddings (262144) would be 6-16 GiB.
 
-# Qwen3_5TextConfig's defaults in transformers 5.23: a key missing from config.json takes these.
+# Qwen3_5TextConfig's defaults in transformers 5.24: a key missing from config.json takes these.
 TEXT_DEFAULTS: dict[str, Any] = {
     "vocab_size": 248320, "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 32,
     "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 256, "hidden_act": "silu",
