@@ -53,6 +53,13 @@ def _rel(a, b) -> float:
     return float(np.abs(a - b).max() / max(1.0, np.abs(b).max()))
 
 
+def _limit(want, own_twin) -> float:
+    """1e-5 of scale, or twice what transformers' own two fp32 forms of the same run (token by
+    token vs one sequence) disagree by, if more: on the tied configs that is 1.9e-5 of scale
+    (measured on an AVX-512/AMX Xeon), so two fp32 computations cannot be held to 1e-5 there."""
+    return max(1e-5, 2 * _rel(own_twin, want))
+
+
 def _reference_logits(model, tokens):
     ref = model.architecture.reference(model.config, model.weights)
     state = ref.zero_state()
@@ -69,7 +76,8 @@ def test_reference_and_export_form_match_transformers(folders, runs, name):
     ref = _reference_logits(model, TOKENS)
     runner = TorchRunner(model)
     got = runner.step_each(TOKENS)
-    assert _rel(ref, want) < 1e-5 and _rel(got, want) < 1e-5
+    limit = _limit(want, runs[name].logits.numpy())
+    assert _rel(ref, want) < limit and _rel(got, want) < limit
     assert (ref.argmax(-1) == want.argmax(-1)).all() and (got.argmax(-1) == want.argmax(-1)).all()
 
 
@@ -82,11 +90,12 @@ def test_states_equal_transformers_cache(folders, runs, name):
     runner = TorchRunner(model)
     runner.step_each(TOKENS)
     want = hf.stacked_states(runs[name].cache, model.config.context)
+    twin = hf.stacked_states(runs[name].prefill_cache, model.config.context)
     assert list(want) == [s.name for s in runner.specs]  # Apple's four states, in Apple's order
     for state, value in want.items():
         got = getattr(runner.module, state)
         assert got.shape == value.shape, state
-        assert float((got - value).abs().max()) <= 1e-5 * max(1.0, float(value.abs().max())), state
+        assert _rel(got, value) <= _limit(value, twin[state]), state
 
 
 def test_the_two_packagings_give_the_same_weights(folders):
