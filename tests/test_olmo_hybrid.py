@@ -129,6 +129,25 @@ def test_fp32_bundle_matches_transformers(bundles, runs):
         assert np.abs(states[name] - value.numpy()).max() <= 1e-4 * max(1.0, float(value.abs().max())), name
 
 
+def test_manifest_states_tokenizer_and_chat_template(bundles):
+    """Apple's four states with the fixture's widths; the folder's tokenizer.json and its
+    tokenizer_config.json chat template travel with the bundle, as Qwen3.5's do."""
+    from ssmport.bundle import Bundle
+    from ssmport.gate import bundle_tokenizer
+    from ssmport.runtime.chat import chat_template
+
+    m = bundles["fp32"].manifest
+    assert m.architecture == "olmo_hybrid" and m.context == CONTEXT
+    assert [(s.name, s.shape, s.kind) for s in m.states] == [
+        ("keyCache", (2, 1, 2, CONTEXT, 12), "kv"), ("valueCache", (2, 1, 2, CONTEXT, 12), "kv"),
+        ("convStates", (3, 1, 4, 2 * 2 * 8 + 4 * 12), "fixed"), ("recurrentStates", (3, 1, 4, 8, 12), "fixed"),
+    ]  # fmt: skip
+    assert m.tokenizer.config == "tokenizer/tokenizer_config.json" == m.tokenizer.chat_template
+    bundle = Bundle.open(bundles["fp32"].path)
+    t = chat_template(bundle, bundle_tokenizer(bundle))
+    assert t.first_user == "<|im_start|>user\n{message}<|im_end|>\n<|im_start|>assistant\n"
+
+
 @pytest.mark.parametrize("n", [1, CHUNK, 3 * CHUNK + 5])
 def test_prefill_equals_the_m1_loop(bundles, n):
     assert_coreai_prefill_equals_m1_loop(bundles["fp32"].path, n)
@@ -181,6 +200,9 @@ def test_strict_loading_names_every_bad_key(folders, tmp_path):
     split = {k: v for k, v in t.items() if k != _layer(1, "linear_attn.v_conv1d.weight")}
     with pytest.raises(SsmportError, match=r"split convs of model\.layers\.1\.linear_attn must be q_conv1d"):
         load_checkpoint(rewrite(folders["released"], tmp_path / "split", split))
+    both = t | {_layer(3, "linear_attn.conv1d.weight"): torch.zeros(80, 1, 4)}
+    with pytest.raises(SsmportError, match=r"and no conv1d; found .*model\.layers\.3\.linear_attn\.conv1d\.weight \[80, 1, 4\]"):
+        load_checkpoint(rewrite(folders["released"], tmp_path / "both", both))
     headless = {k: v for k, v in t.items() if k != "lm_head.weight"}
     with pytest.raises(SsmportError, match="missing 1: lm_head.weight"):
         load_checkpoint(rewrite(folders["released"], tmp_path / "headless", headless))

@@ -87,10 +87,10 @@ class _FusedConvs(TensorSource):
         for fused, parts in self._parts.items():
             want = [fused.replace("conv1d", p) for p in SPLIT_CONVS]
             trailing = {source.shape(p)[1:] for p in parts}
-            if sorted(parts) != sorted(want) or len(trailing) != 1 or len(source.shape(parts[0])) != 3:
+            if sorted(parts) != sorted(want) or len(trailing) != 1 or len(source.shape(parts[0])) != 3 or fused in source:
                 raise CheckpointError(f"{self.origin}: the split convs of {fused.removesuffix('.conv1d.weight')} must be "
-                                      f"{', '.join(SPLIT_CONVS)} of one [rows, 1, K] shape each; found "
-                                      + ", ".join(f"{p} {list(source.shape(p))}" for p in sorted(parts)))  # fmt: skip
+                                      f"{', '.join(SPLIT_CONVS)} of one [rows, 1, K] shape each, and no conv1d; found "
+                                      + ", ".join(f"{p} {list(source.shape(p))}" for p in sorted(parts + [fused] * (fused in source))))  # fmt: skip
             self._parts[fused] = want
         self._hidden = {p for parts in self._parts.values() for p in parts}
 
