@@ -1,4 +1,4 @@
-"""Decode and prefill speed of the hybrid exports (LFM2, Granite-4.0-H, Nemotron-H) against
+"""Decode and prefill speed of the hybrid exports (LFM2, Granite-4.0-H, Nemotron-H, OLMo-Hybrid) against
 transformers' own torch path, in one run per model.
 
     flock /tmp/ssmport-heavy.lock python benchmarks/hybrid_speed.py --model lfm2-350m \\
@@ -14,7 +14,7 @@ size each holds a whole fp32 copy of the weights: Nemotron-H 4B is 16 GB, and no
                         timed before and after the others (the headline is their mean)
   torch_eager           ssmport's own decode module, torch eager, 1 thread and torch's default
   peer                  transformers' class (Lfm2ForCausalLM, GraniteMoeHybridForCausalLM,
-                        NemotronHForCausalLM) on the same weights, its pure-torch path, one token
+                        NemotronHForCausalLM, OlmoHybridForCausalLM) on the same weights, its pure-torch path, one token
                         per call with its cache, 1 thread and default threads; timed only after
                         it agrees with ssmport's torch module (benchmarks/suite.py's check)
   prefill               the bundle's `prefill` vs its M=1 loop on random prompts, tokens/s
@@ -84,6 +84,15 @@ def transformers_model(model: LoadedModel):
     import transformers
 
     c, arch = model.config, model.architecture.name
+    if arch == "olmo_hybrid":  # ssmport's field names are transformers' own
+        keys = ("vocab_size", "hidden_size", "intermediate_size", "num_attention_heads", "num_key_value_heads", "head_dim",
+                "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim",
+                "linear_conv_kernel_dim", "linear_allow_neg_eigval", "rms_norm_eps", "attention_bias")  # fmt: skip
+        config = transformers.OlmoHybridConfig(
+            **{k: getattr(c, k) for k in keys}, num_hidden_layers=c.num_layers, layer_types=list(c.layer_types),
+            rope_parameters=_rope(c.rope_theta), tie_word_embeddings=False, max_position_embeddings=max(4096, c.context),
+            pad_token_id=0)  # fmt: skip
+        return _load_peer(model, "OlmoHybridForCausalLM", config, {})
     common = {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "num_attention_heads": c.num_heads,
               "num_key_value_heads": c.num_kv_heads, "tie_word_embeddings": False,
               "max_position_embeddings": max(4096, c.context)}  # fmt: skip
@@ -113,6 +122,12 @@ def transformers_model(model: LoadedModel):
         rename = {n: "model." + n for n in model.weights if n != "lm_head.weight"}
     else:
         raise SystemExit(f"no transformers peer for {arch}")
+    return _load_peer(model, cls, config, rename)
+
+
+def _load_peer(model: LoadedModel, cls: str, config, rename: dict[str, str]):
+    import transformers
+
     hf = getattr(transformers, cls)(config)  # (on the CPU: its rotary tables are computed at init)
     own = hf.state_dict(keep_vars=True)
     names = {rename.get(n, n): n for n in model.weights}
@@ -130,11 +145,11 @@ class TransformersHybridPeer(suite.Peer):
 
         if hub_kernels.is_kernels_available():
             raise SystemExit("transformers peer: the `kernels` hub package is installed")
-        for package in ("causal_conv1d", "mamba_ssm", "flash_attn"):
+        for package in ("causal_conv1d", "mamba_ssm", "flash_attn", "fla"):
             if importlib.util.find_spec(package) is not None:
                 raise SystemExit(f"transformers peer: `{package}` is installed, so the torch path may not run")
         self.model, self.name = transformers_model(model)
-        self.torch_path = "no kernels / causal_conv1d / mamba_ssm / flash_attn installed"
+        self.torch_path = "no kernels / causal_conv1d / mamba_ssm / flash_attn / fla installed"
         self.cache = None
 
     def step(self, token: int) -> np.ndarray:

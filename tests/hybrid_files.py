@@ -45,6 +45,7 @@ MODELING_MODULES = (
     "transformers.models.lfm2.modeling_lfm2",
     "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
     "transformers.models.nemotron_h.modeling_nemotron_h",
+    "transformers.models.olmo_hybrid.modeling_olmo_hybrid",
 )
 
 # fp32 agreement of transformers' cached token-by-token path with its full-sequence path

@@ -36,6 +36,7 @@ HYBRIDS = {
     "lfm2-tiny": ("lfm2", ["convStates"]),
     "granite-hybrid-tiny": ("granite", ["convStates", "recurrentStates"]),
     "nemotron-h-tiny": ("nemotron_h", ["convStates", "recurrentStates"]),
+    "olmo-hybrid-tiny": ("qwen3_5", ["convStates", "recurrentStates"]),
 }
 KV_PAIR = ["keyCache", "valueCache"]
 

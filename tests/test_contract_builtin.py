@@ -43,6 +43,12 @@ def _qwen3_5_checkpoint(folder: Path) -> Path:
     return write_qwen35_vlm(folder / "qwen35-vlm", Qwen35Dims(), seed=24)  # the released packaging
 
 
+def _olmo_hybrid_checkpoint(folder: Path) -> Path:
+    from olmo_hybrid_files import write_olmo_hybrid
+
+    return write_olmo_hybrid(folder / "olmo-hybrid", seed=25)
+
+
 def _hybrid_checkpoint(name: str):
     def write(folder: Path) -> Path:
         from hybrid_checks import FAMILIES
@@ -62,6 +68,7 @@ CHECKPOINT_WRITERS = {
     "lfm2": _hybrid_checkpoint("lfm2"),
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
+    "olmo_hybrid": _olmo_hybrid_checkpoint,
 }
 
 

@@ -86,6 +86,7 @@ def _register_builtins() -> None:
     from ssmport.models.lfm2 import LFM2
     from ssmport.models.mamba2 import MAMBA2
     from ssmport.models.nemotron_h import NEMOTRON_H
+    from ssmport.models.olmo_hybrid import OLMO_HYBRID
     from ssmport.models.qwen3_5 import QWEN3_5
     from ssmport.models.rwkv7 import RWKV7
 
@@ -96,6 +97,7 @@ def _register_builtins() -> None:
     register_architecture(LFM2)
     register_architecture(GRANITE_HYBRID)
     register_architecture(NEMOTRON_H)
+    register_architecture(OLMO_HYBRID)
 
 
 __all__ = [

@@ -20,20 +20,22 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import FieldsConfig
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
-from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, VALUE_CACHE, AttentionSpec
+from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, VALUE_CACHE, AttentionSpec, DeltaRuleSpec
 from ssmport.models.loading import ConfigReader, dt_limit
 from ssmport.models.mamba2.block import Mamba2Mixer
 from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.package import PackagedArchitecture
-from ssmport.ops import attention
-from ssmport.ops.norms import rms_norm_naive
+from ssmport.ops import attention, delta_rule
+from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
 from ssmport.quant.plan import WeightBuilder
+from ssmport.quant.roles import Role
 from ssmport.state import KV, StateSpec
 
 # The positions a KV cache holds unless the export asks for another number (the exporter's
@@ -169,6 +171,47 @@ def refuse_dt_clamp(r: ConfigReader, key: str, why: str) -> None:
         raise r.unsupported(f"{key}=[{lo:g}, {hi if hi is not None else 'inf'}] ({why})")
 
 
+def delta_rule_hybrid_specs(c, dtype: torch.dtype) -> list[StateSpec]:
+    """The four states of a Gated DeltaNet + attention hybrid (Qwen3.5, OLMo-Hybrid) in Apple's
+    order and names: `c.attention` (an AttentionSpec), `c.delta_rule` (a DeltaRuleSpec) and
+    `c.context` size them; rows are the attention layers, then the linear_attention layers."""
+    a, d, linear = c.attention, c.delta_rule, c.layers_of(MAMBA)
+    kv = (c.attention_layers, 1, a.kv_heads, c.context, a.head_dim)
+    kv_layout = "[attention layer, batch, kv head, position, head_dim]"
+    return [
+        StateSpec(KEY_CACHE, kv, dtype, kv_layout + " (K after k-norm and RoPE)", KV),
+        StateSpec(VALUE_CACHE, kv, dtype, kv_layout, KV),
+        StateSpec(CONV_STATES, (linear, 1, d.conv_kernel, d.conv_dim), dtype,
+                  "[linear layer, batch, conv tap (oldest first), channel (q | k | v pre-conv)]"),
+        StateSpec(RECURRENT_STATES, (linear, 1, d.v_heads, d.k_dim, d.v_dim), dtype,
+                  "[linear layer, batch, value head, key, value]"),
+    ]  # fmt: skip
+
+
+def common_role(name: str, embed: str, head: str) -> Role | None:
+    """The quant roles the attention hybrids name alike: the embedding, the head, the MLP
+    (`.mlp.`) and the attention (`.self_attn.`; its q/k norms are norms). None otherwise."""
+    if name in (embed, head):
+        return Role.EMBEDDING if name == embed else Role.HEAD
+    if ".mlp." in name:
+        return Role.FFN
+    if ".self_attn." in name:
+        return Role.NORM if name.endswith(("q_norm.weight", "k_norm.weight")) else Role.ATTN_PROJ
+    return None
+
+
+def delta_rule_hybrid_problems(c) -> dict[str, bool]:
+    """What a Gated DeltaNet + attention hybrid config (transformers' key names) must not be, for `refuse`."""
+    return {
+        f"num_attention_heads={c.num_attention_heads} not a multiple of num_key_value_heads="
+        f"{c.num_key_value_heads}": c.num_attention_heads % c.num_key_value_heads != 0,
+        f"linear_num_value_heads={c.linear_num_value_heads} not a multiple of linear_num_key_heads="
+        f"{c.linear_num_key_heads}": c.linear_num_value_heads % c.linear_num_key_heads != 0,
+        f"linear_conv_kernel_dim={c.linear_conv_kernel_dim} (the short conv needs at least 2 taps)":
+            c.linear_conv_kernel_dim < 2,
+    }  # fmt: skip
+
+
 def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
     shape, layout = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
     return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
@@ -217,6 +260,27 @@ def mamba_attention_zero_state(c: HybridConfig) -> dict:
                                                "ssm": (MAMBA, (m.num_heads, m.head_dim, m.state_size))})  # fmt: skip
 
 
+def delta_rule_token(d: DeltaRuleSpec, window: torch.Tensor, S: torch.Tensor, qkv: torch.Tensor, conv: torch.Tensor,
+                     beta: torch.Tensor, g: torch.Tensor, gate: torch.Tensor, norm: torch.Tensor, eps: float):  # fmt: skip
+    """One token of a Gated DeltaNet layer as the references write it, from its projections:
+    `window` the last K pre-conv inputs [K, conv_dim] (row 0 oldest), `qkv` this token's,
+    `conv` the depthwise weight [conv_dim, 1, K]; beta, g (the decay, not its log) [Hv]; S
+    [Hv, dk, dv], updated in place, head by head (value head j reads q/k head j // group).
+    Returns (the new window, o [value_dim] after the gated norm w * rmsnorm(o_j) * silu(gate_j))."""
+    dk, dv, group = d.k_dim, d.v_dim, d.group
+    window = torch.cat([window[1:], qkv[None]])
+    u = F.silu((window * conv[:, 0].t()).sum(0))  # tap K-1 multiplies the newest input
+    q, k, v = u[: d.key_dim], u[d.key_dim : 2 * d.key_dim], u[2 * d.key_dim :]
+    out = torch.empty(d.value_dim)
+    for j in range(d.v_heads):
+        ks, vs = slice((j // group) * dk, (j // group + 1) * dk), slice(j * dv, (j + 1) * dv)
+        qj = l2_normalize_naive(q[ks], delta_rule.QK_L2NORM_EPS) * dk**-0.5
+        kj = l2_normalize_naive(k[ks], delta_rule.QK_L2NORM_EPS)
+        S[j], o = delta_rule.naive_step(S[j], qj, kj, v[vs], beta[j], g[j])
+        out[vs] = rms_norm_naive(o, norm, eps) * F.silu(gate[vs])
+    return window, out
+
+
 def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.Tensor, keys: list, values: list,
                    position: int) -> torch.Tensor:  # fmt: skip
     """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
@@ -233,10 +297,11 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
         q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
     k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
     v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
-    if s.qk_norm:  # per head; "rms_offset" is the zero-centred norm, gain 1 + w
+    if s.qk_norm:  # per head or over all heads at once; "rms_offset" is the zero-centred norm, gain 1 + w
         offset = 1.0 if s.qk_norm == "rms_offset" else 0.0
-        q = rms_norm_naive(q, w["q_norm"] + offset, s.norm_eps)
-        k = rms_norm_naive(k, w["k_norm"] + offset, s.norm_eps)
+        span = (lambda x: x) if s.qk_norm_per_head else (lambda x: x.reshape(-1))  # noqa: E731
+        q = rms_norm_naive(span(q), w["q_norm"] + offset, s.norm_eps).view(s.heads, s.head_dim)
+        k = rms_norm_naive(span(k), w["k_norm"] + offset, s.norm_eps).view(s.kv_heads, s.head_dim)
     if s.rotary_dim:
         pos = torch.tensor([position])
         q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta)[0]

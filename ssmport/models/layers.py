@@ -36,6 +36,7 @@ class AttentionSpec:
     rotary_dim: int = 0  # 0: no positional encoding ("nope"); else rotate-half RoPE on the first dims
     rope_theta: float = 10000.0
     qk_norm: str | None = None  # None | "rms" (x̂·w) | "rms_offset" (x̂·(1+w), Qwen3.5's zero-centred norm)
+    qk_norm_per_head: bool = True  # False: one RMSNorm over all heads' q (and all of k) at once (OLMo-2/3)
     norm_eps: float = 1e-6
     output_gate: bool = False  # Qwen3.5: q_proj gives [query | gate] per head; o *= sigmoid(gate)
     scale: float | None = None  # None: head_dim^-0.5 (Granite: attention_multiplier)
@@ -86,7 +87,9 @@ def attention_shapes(spec: AttentionSpec, names: AttentionNames, hidden: int) ->
     q, kv = spec.q_size * (2 if spec.output_gate else 1), spec.kv_size
     shapes = {names.q: (q, hidden), names.k: (kv, hidden), names.v: (kv, hidden), names.o: (hidden, spec.q_size)}
     if names.q_norm:
-        shapes |= {names.q_norm: (spec.head_dim,), names.k_norm: (spec.head_dim,)}
+        per_head = spec.qk_norm_per_head
+        shapes |= {names.q_norm: (spec.head_dim if per_head else spec.q_size,),
+                   names.k_norm: (spec.head_dim if per_head else spec.kv_size,)}  # fmt: skip
     if names.q_bias:
         shapes |= {names.q_bias: (q,), names.k_bias: (kv,), names.v_bias: (kv,), names.o_bias: (hidden,)}
     return shapes
@@ -101,7 +104,7 @@ def norm_gain(weight: torch.Tensor, kind: str | None) -> torch.Tensor:
 class AttentionMixer(nn.Module):
     """Causal GQA attention over the layer's slices of keyCache / valueCache.
 
-    q, k and v (and the output gate) come from one fused matmul; the q/k norms (per head),
+    q, k and v (and the output gate) come from one fused matmul; the q/k norms (per head or over all heads),
     RoPE, the gate and the scale are the spec's. The new K (after norm and RoPE) and V rows go
     back to the graph as KVRows, written at the tokens' positions."""
 
@@ -143,8 +146,11 @@ class AttentionMixer(nn.Module):
         if s.bias:
             qkv = qkv + self.qkv_bias
         parts = qkv.split(self.split, dim=-1)
-        q, k, v = parts[0].view(T, s.heads, s.head_dim), parts[1].view(T, s.kv_heads, s.head_dim), parts[2]
-        if s.qk_norm:
+        q, k, v = parts[0], parts[1], parts[2]
+        if s.qk_norm and not s.qk_norm_per_head:
+            q, k = rms_norm(q, self.q_norm, s.norm_eps), rms_norm(k, self.k_norm, s.norm_eps)
+        q, k = q.view(T, s.heads, s.head_dim), k.view(T, s.kv_heads, s.head_dim)
+        if s.qk_norm and s.qk_norm_per_head:
             q, k = rms_norm(q, self.q_norm, s.norm_eps), rms_norm(k, self.k_norm, s.norm_eps)
         if s.rotary_dim:
             cos, sin = attention.rotary_tables(step.positions, self.inv_freq)

@@ -11,13 +11,12 @@ import torch
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.hybrid import HybridArchitecture
-from ssmport.models.layers import KEY_CACHE, VALUE_CACHE
+from ssmport.models.hybrid import HybridArchitecture, delta_rule_hybrid_specs
 from ssmport.models.package import package_parts
 from ssmport.models.qwen3_5 import block, checkpoints, quant, synthetic
-from ssmport.models.qwen3_5.config import LINEAR, PRESETS, Qwen35Config
+from ssmport.models.qwen3_5.config import PRESETS, Qwen35Config
 from ssmport.models.qwen3_5.reference import Qwen35Reference
-from ssmport.state import KV, StateSpec
+from ssmport.state import StateSpec
 
 TEXT_TYPES = ("qwen3_5", "qwen3_5_text")
 # Same family, other MLPs: refused by name, with what ssmport lacks for them.
@@ -45,18 +44,7 @@ class _Qwen35(HybridArchitecture):  # the hybrids' context and apple layout, its
                               "safetensors), not a bare .pth")  # fmt: skip
 
     def state_specs(self, config: Qwen35Config, state_dtype: torch.dtype) -> list[StateSpec]:
-        c = config
-        kv = (c.attention_layers, 1, c.num_key_value_heads, c.context, c.head_dim)
-        kv_layout = "[attention layer, batch, kv head, position, head_dim] (K after k-norm and RoPE)"
-        return [
-            StateSpec(KEY_CACHE, kv, state_dtype, kv_layout, KV),
-            StateSpec(VALUE_CACHE, kv, state_dtype, kv_layout.removesuffix(" (K after k-norm and RoPE)"), KV),
-            StateSpec(block.CONV_STATES, (c.layers_of(LINEAR), 1, c.linear_conv_kernel_dim, c.delta_rule.conv_dim), state_dtype,
-                      "[linear layer, batch, conv tap (oldest first), channel (q | k | v pre-conv)]"),
-            StateSpec(block.RECURRENT_STATES, (c.layers_of(LINEAR), 1, c.linear_num_value_heads, c.linear_key_head_dim,
-                                               c.linear_value_head_dim), state_dtype,
-                      "[linear layer, batch, value head, key, value]"),
-        ]  # fmt: skip
+        return delta_rule_hybrid_specs(config, state_dtype)
 
 
 QWEN3_5 = _Qwen35(

@@ -71,16 +71,10 @@ class Qwen35Config(hybrid.HybridConfig):
         return asdict(self) | {"layer_types": list(self.layer_types)}
 
     def validate(self, origin: str) -> None:
-        problems = {
+        problems = hybrid.delta_rule_hybrid_problems(self) | {
             f"layer_types {sorted(set(self.layer_types) - {LINEAR, FULL})}": bool(set(self.layer_types) - {LINEAR, FULL}),
             "no full_attention layer (ssmport's Qwen3.5 needs both kinds)": FULL not in self.layer_types,
             "no linear_attention layer (ssmport's Qwen3.5 needs both kinds)": LINEAR not in self.layer_types,
-            f"num_attention_heads={self.num_attention_heads} not a multiple of num_key_value_heads="
-            f"{self.num_key_value_heads}": self.num_attention_heads % self.num_key_value_heads != 0,
-            f"linear_num_value_heads={self.linear_num_value_heads} not a multiple of linear_num_key_heads="
-            f"{self.linear_num_key_heads}": self.linear_num_value_heads % self.linear_num_key_heads != 0,
-            f"linear_conv_kernel_dim={self.linear_conv_kernel_dim} (the short conv needs at least 2 taps)":
-                self.linear_conv_kernel_dim < 2,
             f"a rotary dim of {self.rotary_dim} (head_dim {self.head_dim} x partial_rotary_factor): it must be even "
             "and at most head_dim": self.rotary_dim % 2 or not 0 <= self.rotary_dim <= self.head_dim,
         }  # fmt: skip

@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
+from ssmport.models.hybrid import common_role
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD
 from ssmport.quant.roles import Role
 
 
 def role(name: str) -> Role:
     """Plan category of a canonical weight name (fused names such as `self_attn.{q,k,v}` too)."""
-    if name in (EMBED, HEAD):
-        return Role.EMBEDDING if name == EMBED else Role.HEAD
-    if ".mlp." in name:
-        return Role.FFN
-    if ".self_attn." in name:
-        return Role.NORM if name.endswith(("q_norm.weight", "k_norm.weight")) else Role.ATTN_PROJ
+    common = common_role(name, EMBED, HEAD)
+    if common is not None:
+        return common
     if ".linear_attn." in name:
         if "in_proj" in name:
             return Role.STATE_PROJ  # q | k | v (into the conv), a, b, z: everything the delta rule reads

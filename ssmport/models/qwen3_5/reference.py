@@ -23,12 +23,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step, reference_zero_state
+from ssmport.models.hybrid import attention_step, delta_rule_token, reference_zero_state
 from ssmport.models.package import Reference
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, canonical_shapes, layer
 from ssmport.models.qwen3_5.config import FULL, LINEAR
-from ssmport.ops import delta_rule
-from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
+from ssmport.ops.norms import rms_norm_naive
 
 
 def rms_norm_1p(x: torch.Tensor, w: torch.Tensor, eps: float) -> torch.Tensor:
@@ -59,22 +58,12 @@ class Qwen35Reference(Reference):
         return w[HEAD] @ rms_norm_1p(x, w[NORM], c.rms_norm_eps)
 
     def _delta_rule(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
-        c, w, a, d = self.cfg, self.w, layer(i) + "linear_attn.", self.cfg.delta_rule
-        dk, dv, group = d.k_dim, d.v_dim, d.group
-        window = torch.cat([state["conv"][i][1:], (w[a + "in_proj_qkv.weight"] @ h)[None]])  # the last K inputs
-        state["conv"][i] = window
-        u = F.silu((window * w[a + "conv1d.weight"][:, 0].t()).sum(0))  # tap K-1 multiplies the newest input
-        q, k, v = u[: d.key_dim], u[d.key_dim : 2 * d.key_dim], u[2 * d.key_dim :]
+        c, w, a = self.cfg, self.w, layer(i) + "linear_attn."
         beta = torch.sigmoid(w[a + "in_proj_b.weight"] @ h)
         g = torch.exp(-torch.exp(w[a + "A_log"]) * F.softplus(w[a + "in_proj_a.weight"] @ h + w[a + "dt_bias"]))
-        z = w[a + "in_proj_z.weight"] @ h
-        out = torch.empty(d.value_dim)
-        for j in range(d.v_heads):
-            ks, vs = slice((j // group) * dk, (j // group + 1) * dk), slice(j * dv, (j + 1) * dv)
-            qj = l2_normalize_naive(q[ks], delta_rule.QK_L2NORM_EPS) * dk**-0.5
-            kj = l2_normalize_naive(k[ks], delta_rule.QK_L2NORM_EPS)
-            state["S"][i][j], o = delta_rule.naive_step(state["S"][i][j], qj, kj, v[vs], beta[j], g[j])
-            out[vs] = rms_norm_naive(o, w[a + "norm.weight"], c.rms_norm_eps) * F.silu(z[vs])
+        state["conv"][i], out = delta_rule_token(c.delta_rule, state["conv"][i], state["S"][i], w[a + "in_proj_qkv.weight"] @ h,
+                                                 w[a + "conv1d.weight"], beta, g, w[a + "in_proj_z.weight"] @ h,
+                                                 w[a + "norm.weight"], c.rms_norm_eps)  # fmt: skip
         return w[a + "out_proj.weight"] @ out
 
     def _attention(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
