@@ -43,6 +43,12 @@ def _qwen3_5_checkpoint(folder: Path) -> Path:
     return write_qwen35_vlm(folder / "qwen35-vlm", Qwen35Dims(), seed=24)  # the released packaging
 
 
+def _mamba1_checkpoint(folder: Path) -> Path:
+    from mamba1_files import FALCON, write_transformers_folder
+
+    return write_transformers_folder(folder / "falcon-mamba-hf", FALCON, seed=25)
+
+
 def _hybrid_checkpoint(name: str):
     def write(folder: Path) -> Path:
         from hybrid_checks import FAMILIES
@@ -62,6 +68,7 @@ CHECKPOINT_WRITERS = {
     "lfm2": _hybrid_checkpoint("lfm2"),
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
+    "mamba1": _mamba1_checkpoint,
 }
 
 
