@@ -216,10 +216,11 @@ def test_unsupported_mamba_ssm_configs_are_named(folders, tmp_path, change, mess
 
 
 def test_presets():
-    released = {"mamba-130m-hf": (24, 768), "mamba-370m-hf": (48, 1024), "mamba-790m-hf": (48, 1536),
-                "mamba-1.4b-hf": (48, 2048), "mamba-2.8b-hf": (64, 2560), "falcon-mamba-7b": (64, 4096)}  # fmt: skip
+    sizes = {"130m": (24, 768), "370m": (48, 1024), "790m": (48, 1536), "1.4b": (48, 2048), "2.8b": (64, 2560)}
+    released = {f"mamba-{s}{hf}": dims for s, dims in sizes.items() for hf in ("", "-hf")} | {"falcon-mamba-7b": (64, 4096)}
     for name, (layers, width) in released.items():
         c = load_model(name, synthetic=True).config
+        assert c.vocab_size == (65024 if name.startswith("falcon") else 50280)
         assert (c.num_layers, c.hidden_size, c.intermediate_size, c.state_size, c.dt_rank) == (layers, width, 2 * width, 16, width // 16)
         assert (c.bcdt_norm_eps is not None) == name.startswith("falcon")
         with pytest.raises(SsmportError, match="not in the Hugging Face cache"):

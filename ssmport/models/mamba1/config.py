@@ -101,16 +101,21 @@ _CONFIRMED = "repo ids of all five sizes in public code (transformers' Mamba doc
 _SIZES = (("130m", 24, 768), ("370m", 48, 1024), ("790m", 48, 1536), ("1.4b", 48, 2048), ("2.8b", 64, 2560))
 
 
-def _mamba(size: str, layers: int, width: int) -> Preset:
+def _mamba(size: str, layers: int, width: int, hf: bool) -> Preset:
     config = {"vocab_size": NEOX_VOCAB_ROWS, "hidden_size": width, "num_layers": layers, "intermediate_size": 2 * width,
               "dt_rank": auto_dt_rank(width)}  # fmt: skip
-    return Preset(f"mamba-{size}-hf", "mamba1", config,
-                  f"state-spaces mamba-{size} in transformers format, with its tokenizer (L{layers} D{width}, d_state 16)",
-                  True, HubSource(f"state-spaces/mamba-{size}-hf", confirmed=_CONFIRMED))  # fmt: skip
+    if hf:  # the transformers-format copies: safetensors and a tokenizer.json
+        return Preset(f"mamba-{size}-hf", "mamba1", config,
+                      f"state-spaces mamba-{size} in transformers format, with its tokenizer (L{layers} D{width}, d_state 16)",
+                      True, HubSource(f"state-spaces/mamba-{size}-hf", confirmed=_CONFIRMED))  # fmt: skip
+    # the original releases: mamba_ssm config.json + pytorch_model.bin, no tokenizer
+    return Preset(f"mamba-{size}", "mamba1", config, f"state-spaces mamba-{size} (L{layers} D{width}, d_state 16)", True,
+                  HubSource(f"state-spaces/mamba-{size}", confirmed=_CONFIRMED))  # fmt: skip
 
 
 PRESETS = (
-    *(_mamba(*size) for size in _SIZES),
+    *(_mamba(*size, hf=False) for size in _SIZES),
+    *(_mamba(*size, hf=True) for size in _SIZES),
     Preset("falcon-mamba-7b", "mamba1",
            {"vocab_size": 65024, "hidden_size": 4096, "num_layers": 64, "intermediate_size": 8192, "dt_rank": 256,
             "bcdt_norm_eps": 1e-6},
