@@ -52,11 +52,11 @@ def close(ours, theirs, rel=2e-5) -> None:
 
 
 # --- the op ----------------------------------------------------------------------------------
-@pytest.mark.parametrize("T,valid,speed", [(8, 8, 1.0), (8, 3, 1.0), (48, 41, 1.0), (7, 7, 1.0), (32, 30, 50.0)],
-                         ids=["one-block", "padded", "three-blocks", "odd-T", "e^-400-per-token"])  # fmt: skip
+@pytest.mark.parametrize("T,valid,speed", [(8, 8, 1.0), (8, 3, 1.0), (48, 41, 1.0), (7, 7, 1.0), (64, 60, 50.0)],
+                         ids=["one-block", "padded", "six-blocks", "odd-T", "e^-400-per-token"])  # fmt: skip
 def test_scan_chunk_equals_step_loop(T, valid, speed):
-    """The blocked pairwise chunk vs the token loop; `speed` 50 drives decays to ~e^-400 per
-    token, where a factorised exp(cum) exp(-cum) form overflows fp32."""
+    """Both chunk forms vs the token loop; `speed` 50 drives decays to ~e^-400 per token, where
+    a factorised exp(cum) exp(-cum) form overflows fp32."""
     g = torch.Generator().manual_seed(T + valid)
     I, N = 6, 5  # I != N
     h0, A = torch.randn(I, N, generator=g), -16 * speed * torch.rand(I, N, generator=g)
@@ -64,9 +64,10 @@ def test_scan_chunk_equals_step_loop(T, valid, speed):
     B, C = torch.randn(T, N, generator=g), torch.randn(T, N, generator=g)
     log_decay, u = dt[:, :, None] * A, dt * x
     want_h, want_y = selective_scan.scan_naive(h0, log_decay, u, B, C, valid)
-    got_h, got_y = selective_scan.chunk(h0, log_decay, u, B, C, torch.tensor([valid], dtype=torch.int32))
-    torch.testing.assert_close(got_h, want_h, atol=2e-6, rtol=1e-5)
-    torch.testing.assert_close(got_y, want_y, atol=1e-5, rtol=1e-5)
+    for form in (selective_scan.chunk, selective_scan.chunk_pairwise):
+        got_h, got_y = form(h0, log_decay, u, B, C, torch.tensor([valid], dtype=torch.int32))
+        torch.testing.assert_close(got_h, want_h, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(got_y, want_y, atol=1e-5, rtol=1e-5)
     h, ys = h0, []
     for t in range(valid):  # the naive step itself
         h, y = selective_scan.naive_step(h, x[t], dt[t], A, B[t], C[t])
