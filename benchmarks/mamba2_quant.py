@@ -1,4 +1,5 @@
-"""Which Mamba-2 matmuls tolerate int8: the measurement behind `mamba2.KEEP_FLOAT_ROLES`.
+"""Which Mamba-2 (and Mamba-1) matmuls tolerate int8: the measurement behind `mamba2.KEEP_FLOAT_ROLES`
+and `mamba1.KEEP_FLOAT_ROLES` (each model's roles come from its own architecture).
 
 Torch eager, teacher-forced against the fp32 build of the same weights, one variant per
 candidate predicate: the error of the weights alone (the Core AI runtime adds fp16
@@ -6,6 +7,7 @@ accumulation on top, see docs/parity.md).
 
     python benchmarks/mamba2_quant.py mamba2-tiny --seed 0
     python benchmarks/mamba2_quant.py mamba2-130m --synthetic --streams 2 --steps 32
+    python benchmarks/mamba2_quant.py mamba-130m-hf --synthetic --streams 2 --steps 32
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import argparse
 import numpy as np
 import torch
 
-from ssmport.models.mamba2.quant import role as _role
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model
@@ -26,12 +27,13 @@ VARIANTS = {
     "int8 head": ("int8keepproj", {"state_proj", "out_proj", "ssm", "norm", "embedding"}),
     "int8 head+out_proj": ("int8keepproj", {"state_proj", "ssm", "norm", "embedding"}),
     "int8 out_proj only": ("int8keepproj", {"state_proj", "head", "ssm", "norm", "embedding"}),
+    "int8 head+state_proj": ("int8keepproj", {"out_proj", "ssm", "norm", "embedding"}),
     "int8 all": ("int8", None),
 }
 
 
 def run(model, recipe: str, keep: set[str] | None, streams: list[list[int]]) -> np.ndarray:
-    predicate = (lambda name: _role(name) in keep) if keep is not None else model.architecture.keeps_float
+    predicate = (lambda name: model.architecture.role(name) in keep) if keep is not None else model.architecture.keeps_float
     builder = WeightBuilder(get_recipe(recipe), predicate)
     with torch.no_grad():
         module = model.architecture.build_decode(model.config, model.weights, builder, torch.float32).eval()

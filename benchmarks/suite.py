@@ -124,20 +124,37 @@ def ensure_blinkdl_pth(preset: str, work: Path) -> Path:
     return path
 
 
-def ensure_mamba2_folder(preset: str, work: Path) -> Path:
-    """The preset's synthetic weights as a transformers `Mamba2ForCausalLM` folder (config.json
-    + model.safetensors), for the transformers peer."""
+def transformers_peer_folder(preset: str, work: Path, convert) -> Path:
+    """The preset's synthetic weights as a transformers folder (config.json + model.safetensors,
+    `convert(preset, model) -> (config, tensors)`), written once beside its place and renamed in."""
     import shutil
 
     from safetensors.torch import save_file
-
-    from ssmport.models.mamba2.checkpoints import checkpoint_names as _checkpoint_names
 
     path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}-transformers"
     if (path / "model.safetensors").is_file():
         return path
     print(f"writing the peer checkpoint {path}", flush=True)
-    model = ssmport.load_model(preset, synthetic=True)
+    config, tensors = convert(preset, ssmport.load_model(preset, synthetic=True))
+    tmp = path.with_name(path.name + ".partial")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    save_file(tensors, str(tmp / "model.safetensors"))
+    shutil.rmtree(path, ignore_errors=True)
+    os.replace(tmp, path)
+    return path
+
+
+def ensure_mamba2_folder(preset: str, work: Path) -> Path:
+    """The preset's synthetic weights as a transformers `Mamba2ForCausalLM` folder (config.json
+    + model.safetensors), for the transformers peer."""
+    return transformers_peer_folder(preset, work, _mamba2_as_transformers)
+
+
+def _mamba2_as_transformers(preset: str, model) -> tuple[dict, dict]:
+    from ssmport.models.mamba2.checkpoints import checkpoint_names as _checkpoint_names
+
     c = model.config
     if c.intermediate_size % c.hidden_size:
         raise SystemExit(f"{preset}: d_inner {c.intermediate_size} is not an integer expand of {c.hidden_size}")
@@ -154,15 +171,31 @@ def ensure_mamba2_folder(preset: str, work: Path) -> Path:
         "residual_in_fp32": c.residual_in_fp32, "tie_word_embeddings": False,
         "time_step_limit": [c.dt_min, c.dt_max if c.dt_max is not None else {"__float__": "Infinity"}],
     }  # fmt: skip
-    tmp = path.with_name(path.name + ".partial")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    (tmp / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    save_file(tensors, str(tmp / "model.safetensors"))
-    del tensors
-    shutil.rmtree(path, ignore_errors=True)
-    os.replace(tmp, path)
-    return path
+    return config, tensors
+
+
+def ensure_mamba1_folder(preset: str, work: Path) -> Path:
+    """The preset's synthetic weights as a transformers `MambaForCausalLM` / `FalconMambaForCausalLM`
+    folder (config.json + model.safetensors, head untied), for the transformers peer."""
+    return transformers_peer_folder(preset, work, _mamba1_as_transformers)
+
+
+def _mamba1_as_transformers(preset: str, model) -> tuple[dict, dict]:
+    c = model.config
+    # transformers' names are ssmport's canonical ones under "backbone." (the head aside); the conv is [I, 1, K]
+    tensors = {("" if n == "lm_head.weight" else "backbone.") + n:
+               model.weights[n].reshape(c.intermediate_size, 1, c.conv_kernel) if n.endswith("conv1d.weight")
+               else model.weights[n].contiguous() for n in model.weights}  # fmt: skip
+    falcon = c.bcdt_norm_eps is not None
+    config = {
+        "model_type": "falcon_mamba" if falcon else "mamba",
+        "architectures": ["FalconMambaForCausalLM" if falcon else "MambaForCausalLM"], "vocab_size": c.vocab_size,
+        "hidden_size": c.hidden_size, "num_hidden_layers": c.num_layers, "expand": c.intermediate_size // c.hidden_size,
+        "state_size": c.state_size, "time_step_rank": c.dt_rank, "conv_kernel": c.conv_kernel,
+        "use_conv_bias": c.use_conv_bias, "use_bias": c.use_bias, "hidden_act": "silu", "layer_norm_epsilon": c.norm_eps,
+        "residual_in_fp32": c.residual_in_fp32, "tie_word_embeddings": False,
+    } | ({"mixer_rms_eps": c.bcdt_norm_eps} if falcon else {})  # fmt: skip
+    return config, tensors
 
 
 # --------------------------------------------------------------------------------------
@@ -300,18 +333,24 @@ MAMBA2_KERNEL_FUNCTIONS = ("causal_conv1d_update", "causal_conv1d_fn", "mamba2_s
                            "mamba2_chunk_scan", "mamba2_split_conv1d_scan_combined")  # fmt: skip
 
 
-def require_torch_path_mamba2() -> str:
-    """Refuse unless transformers' Mamba-2 runs its pure-torch functions: no `kernels` hub,
-    mamba_ssm or causal_conv1d could swap one in. Returns how that was checked."""
+# The same for transformers' MambaMixer / FalconMambaMixer (Mamba-1).
+MAMBA1_KERNEL_FUNCTIONS = ("causal_conv1d_update", "causal_conv1d_fn", "mamba_inner_fn", "mamba_selective_state_update",
+                           "mamba_selective_scan")  # fmt: skip
+
+
+def require_torch_path_mamba2(module: str = "mamba2", functions: tuple[str, ...] = MAMBA2_KERNEL_FUNCTIONS) -> str:
+    """Refuse unless transformers' Mamba-2 (or `module`'s) mixer runs its pure-torch functions: no
+    `kernels` hub, mamba_ssm or causal_conv1d could swap one in. Returns how that was checked."""
+    import importlib
     import importlib.util
     import inspect
 
-    from transformers.models.mamba2 import modeling_mamba2
+    modeling_mamba2 = importlib.import_module(f"transformers.models.{module}.modeling_{module}")
 
     for package in ("kernels", "mamba_ssm", "causal_conv1d"):
         if importlib.util.find_spec(package) is not None:
-            raise SystemExit(f"transformers peer: `{package}` is installed, so Mamba2ForCausalLM may not run its torch path")
-    for name in MAMBA2_KERNEL_FUNCTIONS:
+            raise SystemExit(f"transformers peer: `{package}` is installed, so {module} may not run its torch path")
+    for name in functions:
         fn = getattr(modeling_mamba2, name)
         # transformers' fallback wrapper keeps the function it dispatches to in its closure.
         chosen = inspect.getclosurevars(fn).nonlocals.get("implementation")
@@ -321,20 +360,23 @@ def require_torch_path_mamba2() -> str:
 
 
 class TransformersMamba2Peer(Peer):
-    """transformers' Mamba2ForCausalLM, pure-torch path, fp32 CPU, one token per call with its cache."""
+    """transformers' Mamba2ForCausalLM (or the model class of the folder's `model_type`, with
+    its mixer's kernel-replaceable functions), pure-torch path, fp32 CPU, one token per call with its cache."""
+
+    model_class, module, functions = "Mamba2ForCausalLM", "mamba2", MAMBA2_KERNEL_FUNCTIONS
 
     def __init__(self, folder: Path):
         import torch
-        from transformers import Mamba2ForCausalLM
+        import transformers
 
-        self.torch_path = require_torch_path_mamba2()
-        self.model, info = Mamba2ForCausalLM.from_pretrained(str(folder), dtype=torch.float32, use_kernels=False,
-                                                            output_loading_info=True)  # fmt: skip
+        self.torch_path = require_torch_path_mamba2(self.module, self.functions)
+        self.model, info = getattr(transformers, self.model_class).from_pretrained(
+            str(folder), dtype=torch.float32, use_kernels=False, output_loading_info=True)  # fmt: skip
         self.model.eval()
         unloaded = {k: v for k, v in info.items() if v and k in ("missing_keys", "unexpected_keys", "mismatched_keys")}
         if unloaded:
             raise SystemExit(f"transformers peer: {folder} did not load strictly: {unloaded}")
-        self.name = f"transformers=={version('transformers')} Mamba2ForCausalLM torch path, cpu fp32, use_cache"
+        self.name = f"transformers=={version('transformers')} {self.model_class} torch path, cpu fp32, use_cache"
         self.cache = None
 
     def step(self, token: int) -> np.ndarray:
@@ -353,10 +395,23 @@ class TransformersMamba2Peer(Peer):
         super().close()
 
 
+class TransformersMamba1Peer(TransformersMamba2Peer):
+    """transformers' MambaForCausalLM / FalconMambaForCausalLM, as the folder's config says."""
+
+    functions = MAMBA1_KERNEL_FUNCTIONS
+
+    def __init__(self, folder: Path):
+        falcon = json.loads((folder / "config.json").read_text())["model_type"] == "falcon_mamba"
+        self.model_class = "FalconMambaForCausalLM" if falcon else "MambaForCausalLM"
+        self.module = "falcon_mamba" if falcon else "mamba"
+        super().__init__(folder)
+
+
 # architecture -> (write the peer's checkpoint of a preset (cached), open a Peer on it)
 PEERS = {
     "rwkv7": (ensure_blinkdl_pth, RwkvPackagePeer),
     "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
+    "mamba1": (ensure_mamba1_folder, TransformersMamba1Peer),
 }
 # architecture -> why it has no peer line
 NO_PEER = {

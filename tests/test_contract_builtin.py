@@ -47,6 +47,10 @@ def _olmo_hybrid_checkpoint(folder: Path) -> Path:
     from olmo_hybrid_files import write_olmo_hybrid
 
     return write_olmo_hybrid(folder / "olmo-hybrid", seed=25)
+def _mamba1_checkpoint(folder: Path) -> Path:
+    from mamba1_files import FALCON, write_transformers_folder
+
+    return write_transformers_folder(folder / "falcon-mamba-hf", FALCON, seed=25)
 
 
 def _hybrid_checkpoint(name: str):
@@ -69,6 +73,7 @@ CHECKPOINT_WRITERS = {
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
     "olmo_hybrid": _olmo_hybrid_checkpoint,
+    "mamba1": _mamba1_checkpoint,
 }
 
 

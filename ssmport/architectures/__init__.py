@@ -84,6 +84,7 @@ def _register_builtins() -> None:
     from ssmport.models.gated_deltanet import GATED_DELTANET
     from ssmport.models.granite_hybrid import GRANITE_HYBRID
     from ssmport.models.lfm2 import LFM2
+    from ssmport.models.mamba1 import MAMBA1
     from ssmport.models.mamba2 import MAMBA2
     from ssmport.models.nemotron_h import NEMOTRON_H
     from ssmport.models.olmo_hybrid import OLMO_HYBRID
@@ -98,6 +99,7 @@ def _register_builtins() -> None:
     register_architecture(GRANITE_HYBRID)
     register_architecture(NEMOTRON_H)
     register_architecture(OLMO_HYBRID)
+    register_architecture(MAMBA1)
 
 
 __all__ = [

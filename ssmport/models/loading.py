@@ -212,3 +212,28 @@ def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]],
     convs (names ending in `conv_suffix`, if given), read [C, 1, K] and squeezed to [C, K]."""
     layout = {n: (renamed.get(n, n), DEPTHWISE_CONV if conv_suffix and n.endswith(conv_suffix) else AS_IS) for n in canonical}
     return layout_view(source, canonical, layout, what, optional, skipped)
+
+
+def load_mamba_folder(cj: Mapping[str, Any], source: TensorSource, family: str, readers, shapes, tied_by_default: bool):
+    """(config, canonical view) of a Mamba-style folder (Mamba-1 and Mamba-2 share the layouts):
+    transformers' (a model_type, `backbone.embeddings`, safetensors) or mamba_ssm's (d_model /
+    n_layer / ssm_cfg, `backbone.embedding`, the head stored, .bin); every other tensor is
+    `backbone.` + its canonical name. `readers`: the family's config module, with is_mamba_ssm,
+    from_mamba_ssm(cj, origin, vocab_rows) and from_transformers(cj, origin)."""
+    # mamba_ssm and older conversions name the table "embedding"; transformers "embeddings".
+    embedding = next((n for n in ("backbone.embeddings.weight", "backbone.embedding.weight") if n in source),
+                     "backbone.embeddings.weight")  # fmt: skip
+    flags = ConfigReader(cj, source.origin, family)
+    if readers.is_mamba_ssm(cj):
+        if embedding not in source:
+            raise CheckpointError(f"{source.origin}: not a mamba_ssm {family} checkpoint (no {embedding})")
+        cfg = readers.from_mamba_ssm(cj, source.origin, source.shape(embedding)[0])
+        tied, layout = flags.bool("tie_embeddings", True), "mamba_ssm layout"
+    else:
+        cfg = readers.from_transformers(cj, source.origin)
+        tied, layout = flags.bool("tie_word_embeddings", tied_by_default), "transformers layout"
+    cfg.validate()
+    check_layer_count(cfg.num_layers, source, "backbone.layers.", source.origin)
+    names = {n: f"backbone.{n}" for n in shapes(cfg)}
+    names |= {"embeddings.weight": embedding, "lm_head.weight": head_name(tied, source, "lm_head.weight", embedding)}
+    return cfg, checked_view(source, shapes(cfg), names, "conv1d.weight", f"{family} {cfg.describe()} ({layout})")

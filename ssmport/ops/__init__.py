@@ -14,6 +14,7 @@ readable torch, and tests/test_ops.py ties each pair together.
     deferred    StateUpdate: S' = S * decay + sum of outer products, applied once per state
     wkv7        RWKV-7's WKV recurrence: naive step, decode read, prefill step
     ssd         Mamba-2's SSM: naive step, decode read, chunkwise (SSD) form
+    selective_scan  Mamba-1's per-channel scan: naive step, decode read, blocked pairwise chunk form
     delta_rule  the gated delta rule: naive step, decode read, chunkwise (WY) form
     attention   causal attention over a positional KV cache: decode and chunk
     matmul      FloatMatmul / Int8Matmul (x @ W [in, out]); the only module that touches

@@ -107,10 +107,18 @@ class Mamba2Block(nn.Module):
         return x, {CONV_STATE: new_conv.t(), SSM_STATE: S}
 
 
-def build(cfg: Mamba2Config, src: TensorSource, b: WeightBuilder):
-    """(embedding, blocks, head). residual_in_fp32=False: the checkpoint's own runtime carries the
+def build_layers(block_class: type[nn.Module]):
+    """`build` of a model of Mamba-style residual blocks `block_class(cfg, i, src, b, residual_dtype)`:
+    (embedding, blocks, head). residual_in_fp32=False: the checkpoint's own runtime carries the
     residual in its weight dtype, so it is rounded to the recipe's float dtype after each block."""
-    embed = Embedding(b.table("embeddings.weight", src["embeddings.weight"], "embedding"))
-    residual = torch.float32 if cfg.residual_in_fp32 else b.recipe.float_dtype
-    blocks = [Mamba2Block(cfg, i, src, b, residual) for i in range(cfg.num_layers)]
-    return embed, blocks, norm_head(src, b, "lm_head.weight", "norm_f.weight", cfg.norm_eps)
+
+    def build(cfg, src: TensorSource, b: WeightBuilder):
+        embed = Embedding(b.table("embeddings.weight", src["embeddings.weight"], "embedding"))
+        residual = torch.float32 if cfg.residual_in_fp32 else b.recipe.float_dtype
+        blocks = [block_class(cfg, i, src, b, residual) for i in range(cfg.num_layers)]
+        return embed, blocks, norm_head(src, b, "lm_head.weight", "norm_f.weight", cfg.norm_eps)
+
+    return build
+
+
+build = build_layers(Mamba2Block)

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.errors import CheckpointError
-from ssmport.models.loading import ConfigReader, check_layer_count, checked_view, head_name
-from ssmport.models.mamba2.config import Mamba2Config, MixerSpec, from_mamba_ssm, from_transformers, is_mamba_ssm
+from ssmport.models.loading import load_mamba_folder
+from ssmport.models.mamba2 import config
+from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
 
 
 def mixer_shapes(spec: MixerSpec, prefix: str, hidden: int) -> dict[str, tuple[int, ...]]:
@@ -41,17 +41,4 @@ def checkpoint_names(cfg: Mamba2Config, embedding: str, head: str) -> dict[str, 
 
 def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Mamba2Config, TensorSource]:
     """A transformers `Mamba2ForCausalLM` or a mamba_ssm `MambaLMHeadModel` folder."""
-    # mamba_ssm and older conversions name the table "embedding"; transformers "embeddings".
-    embedding = next((n for n in ("backbone.embeddings.weight", "backbone.embedding.weight") if n in source),
-                     "backbone.embeddings.weight")  # fmt: skip
-    flags = ConfigReader(cj, source.origin, "Mamba-2")
-    if is_mamba_ssm(cj):
-        if embedding not in source:
-            raise CheckpointError(f"{source.origin}: not a mamba_ssm Mamba-2 checkpoint (no {embedding})")
-        cfg, tied, layout = from_mamba_ssm(cj, source.origin, source.shape(embedding)[0]), flags.bool("tie_embeddings", True), "mamba_ssm layout"
-    else:
-        cfg, tied, layout = from_transformers(cj, source.origin), flags.bool("tie_word_embeddings", False), "transformers layout"
-    cfg.validate()
-    check_layer_count(cfg.num_layers, source, "backbone.layers.", source.origin)
-    names = checkpoint_names(cfg, embedding, head_name(tied, source, "lm_head.weight", embedding))
-    return cfg, checked_view(source, canonical_shapes(cfg), names, "conv1d.weight", f"Mamba-2 {cfg.describe()} ({layout})")
+    return load_mamba_folder(cj, source, "Mamba-2", config, canonical_shapes, tied_by_default=False)
