@@ -36,6 +36,7 @@ HYBRIDS = {
     "lfm2-tiny": ("lfm2", ["convStates"]),
     "granite-hybrid-tiny": ("granite", ["convStates", "recurrentStates"]),
     "nemotron-h-tiny": ("nemotron_h", ["convStates", "recurrentStates"]),
+    "falcon-h1-tiny": ("falcon_h1", ["convStates", "recurrentStates"]),
 }
 KV_PAIR = ["keyCache", "valueCache"]
 

@@ -62,6 +62,7 @@ CHECKPOINT_WRITERS = {
     "lfm2": _hybrid_checkpoint("lfm2"),
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
+    "falcon_h1": _hybrid_checkpoint("falcon-h1"),
 }
 
 
