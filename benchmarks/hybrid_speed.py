@@ -1,4 +1,5 @@
-"""Decode and prefill speed of the hybrid exports (LFM2, Granite-4.0-H, Nemotron-H, OLMo-Hybrid) against
+"""Decode and prefill speed of the hybrid exports (LFM2, Granite-4.0-H, Nemotron-H, OLMo-Hybrid,
+Falcon-H1) against
 transformers' own torch path, in one run per model.
 
     flock /tmp/ssmport-heavy.lock python benchmarks/hybrid_speed.py --model lfm2-350m \\
@@ -14,7 +15,8 @@ size each holds a whole fp32 copy of the weights: Nemotron-H 4B is 16 GB, and no
                         timed before and after the others (the headline is their mean)
   torch_eager           ssmport's own decode module, torch eager, 1 thread and torch's default
   peer                  transformers' class (Lfm2ForCausalLM, GraniteMoeHybridForCausalLM,
-                        NemotronHForCausalLM, OlmoHybridForCausalLM) on the same weights, its pure-torch path, one token
+                        NemotronHForCausalLM, OlmoHybridForCausalLM, FalconH1ForCausalLM) on the
+                        same weights, its pure-torch path, one token
                         per call with its cache, 1 thread and default threads; timed only after
                         it agrees with ssmport's torch module (benchmarks/suite.py's check)
   prefill               the bundle's `prefill` vs its M=1 loop on random prompts, tokens/s
@@ -120,6 +122,19 @@ def transformers_model(model: LoadedModel):
             ssm_state_size=c.state_size, conv_kernel=c.conv_kernel, use_conv_bias=c.conv_bias,
             layer_norm_epsilon=c.norm_eps)  # fmt: skip
         rename = {n: "model." + n for n in model.weights if n != "lm_head.weight"}
+    elif arch == "falcon_h1":
+        cls, config = "FalconH1ForCausalLM", transformers.FalconH1Config(
+            **common, num_hidden_layers=c.num_layers, head_dim=c.head_dim, intermediate_size=c.intermediate_size,
+            mamba_n_heads=c.mamba_heads, mamba_d_head=c.mamba_head_dim, mamba_d_ssm=c.mixer.intermediate_size,
+            mamba_n_groups=c.n_groups, mamba_d_state=c.state_size, mamba_d_conv=c.conv_kernel,
+            mamba_conv_bias=c.conv_bias, mamba_proj_bias=c.proj_bias, projectors_bias=c.proj_bias,
+            attention_bias=c.attention_bias, mamba_rms_norm=c.gated_norm != "none",
+            mamba_norm_before_gate=c.gated_norm == "norm_first", rope_parameters=_rope(c.rope_theta),
+            rms_norm_eps=c.norm_eps, embedding_multiplier=c.embedding_multiplier, lm_head_multiplier=c.lm_head_multiplier,
+            attention_in_multiplier=c.attention_in_multiplier, attention_out_multiplier=c.attention_out_multiplier,
+            key_multiplier=c.key_multiplier, ssm_in_multiplier=c.ssm_in_multiplier, ssm_out_multiplier=c.ssm_out_multiplier,
+            mlp_multipliers=list(c.mlp_multipliers), ssm_multipliers=list(c.ssm_multipliers))  # fmt: skip
+        rename = {}
     else:
         raise SystemExit(f"no transformers peer for {arch}")
     return _load_peer(model, cls, config, rename)
@@ -259,7 +274,7 @@ def run(spec: str, work: Path, a: argparse.Namespace) -> dict:
     return {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "config": m.config,
             "asset_bytes": dir_bytes(bundle.path), "stage_peak_rss_gb": peaks,
             "gate": {k: getattr(m.gate, k, None) for k in ("passed", "top1_agree", "steps", "max_rel_logit_delta")},
-            "states": [s.key for s in m.states], "lines": lines, "peer": peer["peer"],
+            "states": [s.key for s in m.states], "runtime_ops": m.export.get("runtime_ops"), "lines": lines, "peer": peer["peer"],
             "ratios": {f"coreai/{k}": ours / v["ms_per_token"] for k, v in lines.items() if k != "coreai"},
             "prefill": {"chunk": a.chunk, "runners_together": together, "runs": prefill, "recurrence": recurrence}}  # fmt: skip
 

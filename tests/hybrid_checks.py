@@ -1,4 +1,4 @@
-"""What the LFM2, Granite-4.0-H and Nemotron-H tests share: each family's fixture writer (with
+"""What the LFM2, Granite-4.0-H, Nemotron-H and Falcon-H1 tests share: each family's fixture writer (with
 transformers' own classes, tests/hybrid_files.py), its chat template over the fixture's marker
 tokens, and the checks of an export against transformers."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +36,7 @@ FAMILIES = {
     "granite-h": Family("granite-h", "granitemoehybrid", "granite", lambda f: hf.write_granite_h(f, hf.GraniteDims(), seed=4)),
     "nemotron-h": Family("nemotron-h", "nemotron_h", "nemotron_h",
                          lambda f: hf.write_nemotron_h(f, hf.NemotronDims(), seed=5)),
+    "falcon-h1": Family("falcon-h1", "falcon_h1", "falcon_h1", lambda f: hf.write_falcon_h1(f, hf.FalconDims(), seed=6)),
 }  # fmt: skip
 
 
@@ -47,6 +48,11 @@ def chat_template(family: Family, tokenizer_json: Path) -> ChatTemplate:
     return ChatTemplate(first_user=f"{start}user\n{{message}}{end}\n{start}assistant\n",
                         next_user=f"{end}\n{start}user\n{{message}}{end}\n{start}assistant\n",
                         stop_strings=(end,), eos_ids=(Tokenizer.from_file(str(tokenizer_json)).token_to_id(eos),))  # fmt: skip
+
+
+def with_config(model, **changes):
+    """A LoadedModel with config fields replaced (a multiplier ignored, a convention swapped)."""
+    return replace(model, config=replace(model.config, **changes))
 
 
 def eager_logits(model, tokens: list[int]) -> np.ndarray:

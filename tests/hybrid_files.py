@@ -8,6 +8,7 @@ Four families (docs/hybrids.md has the math, names and layouts these fixtures ex
     LFM2          Lfm2ForCausalLM (`lfm2`), conv and full-attention layers
     Granite-4.0-H GraniteMoeHybridForCausalLM (`granitemoehybrid`), dense: no routed experts
     Nemotron-H    NemotronHForCausalLM (`nemotron_h`), `hybrid_override_pattern` of M, * and -
+    Falcon-H1     FalconH1ForCausalLM (`falcon_h1`), attention and Mamba-2 in every layer, µP multipliers
 
 Each writer builds the model from a config with transformers' class, overwrites every
 parameter with seeded, trained-like values (norm weights away from their init so that a
@@ -46,6 +47,7 @@ MODELING_MODULES = (
     "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
     "transformers.models.nemotron_h.modeling_nemotron_h",
     "transformers.models.olmo_hybrid.modeling_olmo_hybrid",
+    "transformers.models.falcon_h1.modeling_falcon_h1",
 )
 
 # fp32 agreement of transformers' cached token-by-token path with its full-sequence path
@@ -180,6 +182,31 @@ class NemotronDims:
     state: int = 8
     conv: int = 4
     eps: float = 1e-5
+
+
+@dataclass(frozen=True)
+class FalconDims:
+    vocab: int = 96
+    hidden: int = 48
+    layers: int = 3
+    heads: int = 4
+    kv_heads: int = 2
+    head_dim: int = 16  # explicit, != hidden / heads
+    ffn: int = 80
+    mamba_heads: int = 6
+    mamba_head_dim: int = 10  # d_ssm 60, != mamba_expand * hidden
+    groups: int = 2
+    state: int = 8
+    conv: int = 4
+    rms_norm: bool = True  # mamba_rms_norm
+    norm_before_gate: bool = False  # mamba_norm_before_gate (released: false)
+    multipliers: dict = field(default_factory=lambda: {
+        "embedding_multiplier": 3.0, "lm_head_multiplier": 0.4, "attention_in_multiplier": 0.8,
+        "attention_out_multiplier": 0.6, "key_multiplier": 0.5, "ssm_in_multiplier": 1.25, "ssm_out_multiplier": 0.7,
+        "mlp_multipliers": [0.9, 0.6], "ssm_multipliers": [0.35, 0.25, 0.5, 0.75, 0.4]})  # fmt: skip
+    rope_theta: float = 10000.0
+    eps: float = 1e-5
+    tied: bool = False
 
 
 # --------------------------------------------------------------------------- weights
@@ -443,6 +470,33 @@ def write_nemotron_h(folder: Path, d: NemotronDims = NemotronDims(), seed: int =
     return _save(model, folder, edit, family="nemotron_h")
 
 
+# --------------------------------------------------------------------------- Falcon-H1
+
+
+def write_falcon_h1(folder: Path, d: FalconDims = FalconDims(), seed: int = 0) -> Path:
+    """A `FalconH1ForCausalLM` folder, its config spelled as released (top-level `rope_theta`,
+    the keys transformers does not read: `attn_layer_indices`, `mamba_use_mlp`, ...)."""
+    from transformers import FalconH1Config, FalconH1ForCausalLM
+
+    config = FalconH1Config(
+        vocab_size=d.vocab, hidden_size=d.hidden, num_hidden_layers=d.layers, num_attention_heads=d.heads,
+        num_key_value_heads=d.kv_heads, head_dim=d.head_dim, intermediate_size=d.ffn, mamba_n_heads=d.mamba_heads,
+        mamba_d_head=d.mamba_head_dim, mamba_d_ssm=d.mamba_heads * d.mamba_head_dim, mamba_n_groups=d.groups,
+        mamba_d_state=d.state, mamba_d_conv=d.conv, mamba_rms_norm=d.rms_norm, mamba_norm_before_gate=d.norm_before_gate,
+        rms_norm_eps=d.eps, tie_word_embeddings=d.tied, max_position_embeddings=256,
+        rope_parameters={"rope_type": "default", "rope_theta": d.rope_theta}, **d.multipliers,
+    )  # fmt: skip
+    torch.manual_seed(seed)
+    model = FalconH1ForCausalLM(config).eval()
+    _fill_trained_like(model, seed)
+
+    def edit(c):
+        c["rope_theta"] = c.pop("rope_parameters")["rope_theta"]
+        c |= {"rope_scaling": None, "attn_layer_indices": None, "mamba_use_mlp": True, "mlp_expansion_factor": 8}
+
+    return _save(model, folder, edit, family="falcon_h1")
+
+
 # --------------------------------------------------------------------------- tokenizer
 
 TOKENIZER_TEXTS = ["the state of a recurrent model is fixed in size", "attention keeps a cache of keys and values",
@@ -453,6 +507,7 @@ CHAT_TOKENS = {
     "lfm2": ("<|im_start|>", "<|im_end|>", "<|startoftext|>"),
     "granite": ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"),
     "nemotron_h": ("<SPECIAL_10>", "<SPECIAL_11>", "</s>"),
+    "falcon_h1": ("<|im_start|>", "<|im_end|>", "<|end_of_text|>"),
 }
 
 
@@ -540,7 +595,7 @@ def load_transformers(folder: Path):
     assert_torch_paths()
     name = json.loads((Path(folder) / "config.json").read_text())["architectures"][0]
     assert name in ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Lfm2ForCausalLM",
-                    "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM"), name  # fmt: skip
+                    "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM", "FalconH1ForCausalLM"), name  # fmt: skip
     model = getattr(transformers, name).from_pretrained(str(folder), dtype=torch.float32)
     return model.eval()
 
@@ -611,7 +666,7 @@ def stacked_states(cache, context: int | None = None) -> dict[str, torch.Tensor]
             convs.append(layer.conv_states[0].transpose(-1, -2))
             if layer.recurrent_states[0] is not None:
                 recs.append(layer.recurrent_states[0])
-        elif isinstance(layer, DynamicLayer):
+        if isinstance(layer, DynamicLayer):  # Falcon-H1's layers are both kinds
             k, v = layer.keys, layer.values
             if context is not None:
                 pad = (0, 0, 0, context - k.shape[-2])

@@ -37,6 +37,7 @@ HYBRIDS = {
     "granite-hybrid-tiny": ("granite", ["convStates", "recurrentStates"]),
     "nemotron-h-tiny": ("nemotron_h", ["convStates", "recurrentStates"]),
     "olmo-hybrid-tiny": ("qwen3_5", ["convStates", "recurrentStates"]),
+    "falcon-h1-tiny": ("falcon_h1", ["convStates", "recurrentStates"]),
 }
 KV_PAIR = ["keyCache", "valueCache"]
 

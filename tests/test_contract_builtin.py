@@ -74,6 +74,7 @@ CHECKPOINT_WRITERS = {
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
     "olmo_hybrid": _olmo_hybrid_checkpoint,
     "mamba1": _mamba1_checkpoint,
+    "falcon_h1": _hybrid_checkpoint("falcon-h1"),
 }
 
 

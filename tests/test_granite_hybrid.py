@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 import torch
-from hybrid_checks import TOKENS, assert_close_to, differs, eager_logits, rewrite, tensors_of
+from hybrid_checks import TOKENS, assert_close_to, differs, eager_logits, rewrite, tensors_of, with_config
 
 import hybrid_files as hf
-from ssmport.architectures import LoadedModel, get_architecture, presets
+from ssmport.architectures import get_architecture, presets
 from ssmport.errors import CheckpointError
 from ssmport.sources import load_checkpoint
 
@@ -33,10 +33,6 @@ def theirs(folder):
 @pytest.fixture(scope="module")
 def model(folder):
     return load_checkpoint(folder)
-
-
-def with_config(model: LoadedModel, **changes) -> LoadedModel:
-    return replace(model, config=replace(model.config, **changes))
 
 
 def test_the_multipliers_are_applied_where_transformers_applies_them(model, theirs):

@@ -81,6 +81,7 @@ def presets() -> dict[str, Preset]:
 
 
 def _register_builtins() -> None:
+    from ssmport.models.falcon_h1 import FALCON_H1
     from ssmport.models.gated_deltanet import GATED_DELTANET
     from ssmport.models.granite_hybrid import GRANITE_HYBRID
     from ssmport.models.lfm2 import LFM2
@@ -100,6 +101,7 @@ def _register_builtins() -> None:
     register_architecture(NEMOTRON_H)
     register_architecture(OLMO_HYBRID)
     register_architecture(MAMBA1)
+    register_architecture(FALCON_H1)
 
 
 __all__ = [

@@ -242,6 +242,33 @@ class Mamba2StateMixer(nn.Module):
         return out, {CONV_STATES: conv, RECURRENT_STATES: S}
 
 
+# What stays float under int8keepproj in a Mamba-2 + attention hybrid (benchmarks/hybrid_quant_predicate.py):
+# the Mamba in_proj (z, x, B, C, dt enter the recurrence), its per-channel vectors, norms, the embedding.
+MAMBA_KEEP_FLOAT_ROLES = frozenset({Role.STATE_PROJ, Role.SSM, Role.NORM, Role.EMBEDDING})
+
+
+def mamba_attention_role(mlp: str, embedding: str = "model.embed_tokens.weight", head: str = "lm_head.weight"):
+    """The plan category of a canonical weight name (fused names like `{...q_proj...,...v_proj...}`
+    too) in a hybrid of `.mamba.` and `.self_attn.` mixers whose MLP weights' names hold `mlp`."""
+
+    def role(name: str) -> Role:
+        if name in (embedding, head):
+            return Role.EMBEDDING if name == embedding else Role.HEAD
+        if mlp in name:
+            return Role.FFN
+        if ".self_attn." in name:
+            return Role.ATTN_PROJ
+        if ".mamba.in_proj." in name:
+            return Role.STATE_PROJ  # z, x, B, C and dt
+        if ".mamba.out_proj." in name:
+            return Role.OUT_PROJ
+        if ".mamba." in name and not name.endswith("norm.weight"):
+            return Role.SSM  # conv1d, A_log, dt_bias, D
+        return Role.NORM
+
+    return role
+
+
 # --------------------------------------------------------------------------- references
 
 

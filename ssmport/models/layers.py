@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import KVRows, NormHead, Step
+from ssmport.graph import Embedding, KVRows, NormHead, Step
 from ssmport.ops import attention, delta_rule
 from ssmport.ops.conv import causal_conv
 from ssmport.ops.norms import l2_normalize, rms_norm
@@ -317,6 +317,17 @@ class ReluSquaredMLP(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         a = torch.relu(self.up(h))
         return self.down(a * a)
+
+
+class ScaledEmbedding(Embedding):
+    """The embedding rows times embedding_multiplier (in fp32, after the lookup, as transformers)."""
+
+    def __init__(self, table: nn.Parameter, multiplier: float):
+        super().__init__(table)
+        self.multiplier = multiplier
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return super().forward(ids) * self.multiplier
 
 
 def norm_head(src: TensorSource, b: WeightBuilder, head: str, norm: str, eps: float,

@@ -63,3 +63,11 @@ def unit_normalize(x: torch.Tensor) -> torch.Tensor:
 
 def unit_normalize_naive(x: torch.Tensor) -> torch.Tensor:
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-12)
+
+
+def gated_output(y: torch.Tensor, gate: torch.Tensor, norm, order: str) -> torch.Tensor:
+    """y and the gate silu(z) through the output norm in `order` (a Mamba-2 MixerSpec.gated_norm): "gate_first"
+    norm(y * gate), "norm_first" norm(y) * gate, "none" y * gate."""
+    if order == "gate_first":
+        return norm(y * gate)
+    return (norm(y) if order == "norm_first" else y) * gate

@@ -8,25 +8,14 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, Step
+from ssmport.graph import Step
 from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
 from ssmport.models.granite_hybrid.quant import role
 from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, SwiGLU, norm_head
+from ssmport.models.layers import AttentionMixer, ScaledEmbedding, SwiGLU, norm_head
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
-
-
-class ScaledEmbedding(Embedding):
-    """The embedding rows times embedding_multiplier (in fp32, after the lookup, as transformers)."""
-
-    def __init__(self, table: nn.Parameter, multiplier: float):
-        super().__init__(table)
-        self.multiplier = multiplier
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return super().forward(ids) * self.multiplier
 
 
 class GraniteHybridLayer(nn.Module):

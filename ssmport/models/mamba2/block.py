@@ -21,7 +21,7 @@ from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
 from ssmport.models.mamba2.quant import role
 from ssmport.ops import ssd
 from ssmport.ops.conv import causal_conv
-from ssmport.ops.norms import grouped_rms_norm, rms_norm
+from ssmport.ops.norms import gated_output, grouped_rms_norm, rms_norm
 from ssmport.quant.plan import WeightBuilder
 
 CONV_STATE, SSM_STATE = "convState", "ssmState"
@@ -43,7 +43,7 @@ class Mamba2Mixer(nn.Module):
         self.dt_bias = vec(m + "dt_bias")
         self.A = b.vector(m + "A_log", -torch.exp(src[m + "A_log"].float()), role(m + "A_log"))  # stored as A = -exp(A_log)
         self.D = vec(m + "D")
-        self.gnorm_w = vec(m + "norm.weight")
+        self.gnorm_w = vec(m + "norm.weight") if spec.gated_norm != "none" else None
         self.out_proj = b.matmul(m + "out_proj.weight", src[m + "out_proj.weight"].t(), role(m + "out_proj.weight"))
         self.out_bias = vec(m + "out_proj.bias") if spec.proj_bias else None
 
@@ -78,7 +78,7 @@ class Mamba2Mixer(nn.Module):
         else:
             S, y = ssd.chunk(ssm, log_decay, dtx, BC, step.valid_len)
         y = y + self.D.view(H, 1) * xs
-        y = grouped_rms_norm(y.view(T, I) * F.silu(z), self.gnorm_w, G, c.norm_eps)  # gate first, then the norm
+        y = gated_output(y.view(T, I), F.silu(z), lambda v: grouped_rms_norm(v, self.gnorm_w, G, c.norm_eps), c.gated_norm)
         out = self.out_proj(y)
         if self.out_bias is not None:
             out = out + self.out_bias

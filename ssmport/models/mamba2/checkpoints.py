@@ -16,8 +16,9 @@ def mixer_shapes(spec: MixerSpec, prefix: str, hidden: int) -> dict[str, tuple[i
     """One Mamba-2 mixer's canonical tensors (names after `prefix`, conv1d squeezed to [C, K])."""
     H, I, m = spec.num_heads, spec.intermediate_size, prefix
     shapes = {m + "in_proj.weight": (spec.in_proj_size, hidden), m + "conv1d.weight": (spec.conv_dim, spec.conv_kernel),
-              m + "dt_bias": (H,), m + "A_log": (H,), m + "D": (H,), m + "norm.weight": (I,),
-              m + "out_proj.weight": (hidden, I)}  # fmt: skip
+              m + "dt_bias": (H,), m + "A_log": (H,), m + "D": (H,), m + "out_proj.weight": (hidden, I)}  # fmt: skip
+    if spec.gated_norm != "none":
+        shapes[m + "norm.weight"] = (I,)
     if spec.conv_bias:
         shapes[m + "conv1d.bias"] = (spec.conv_dim,)
     if spec.proj_bias:

@@ -29,6 +29,9 @@ class MixerSpec:
     norm_eps: float  # the gated RMSNorm's
     dt_min: float = 0.0  # dt is clamped to [dt_min, dt_max] after the softplus
     dt_max: float | None = None  # None = no upper bound
+    # The output norm: "gate_first" rmsnorm(y * silu(z)) (Mamba-2's), "norm_first"
+    # rmsnorm(y) * silu(z), "none" y * silu(z) (Falcon-H1's mamba_rms_norm / mamba_norm_before_gate)
+    gated_norm: str = "gate_first"
 
     @property
     def intermediate_size(self) -> int:  # I = H * P

@@ -47,13 +47,16 @@ class Mamba2Reference(Reference):
         return out
 
 
-def mixer_step(c: MixerSpec, w: dict[str, torch.Tensor], h: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor):
+def mixer_step(c: MixerSpec, w: dict[str, torch.Tensor], h: torch.Tensor, conv: torch.Tensor, ssm: torch.Tensor,
+               in_scale: torch.Tensor | None = None):  # fmt: skip
     """One token through one Mamba-2 mixer (the formulas above, from the normed input to
     out_proj). w: the mixer's fp32 weights by leaf name ("in_proj.weight", "conv1d.weight"
     [C, K], ...); h [D]; conv [conv_dim, K], the last K conv inputs, oldest first; ssm
-    [H, P, N], updated in place. Returns (out [D], the new conv window)."""
+    [H, P, N], updated in place; in_scale: a per-channel factor on in_proj's output (Falcon-H1's
+    µP vector). Returns (out [D], the new conv window)."""
     I, GN, H, P, N = c.intermediate_size, c.n_groups * c.state_size, c.num_heads, c.head_dim, c.state_size
-    z, xBC, dt = (w["in_proj.weight"] @ h + (w["in_proj.bias"] if c.proj_bias else 0)).split([I, c.conv_dim, H])
+    zxbcdt = w["in_proj.weight"] @ h + (w["in_proj.bias"] if c.proj_bias else 0)
+    z, xBC, dt = (zxbcdt * in_scale if in_scale is not None else zxbcdt).split([I, c.conv_dim, H])
     window = torch.cat([conv[:, 1:], xBC[:, None]], dim=1)  # [conv_dim, K]
     xBC = (window * w["conv1d.weight"]).sum(-1) + (w["conv1d.bias"] if c.conv_bias else 0)
     xs, B, C = F.silu(xBC).split([I, GN, GN])
@@ -64,6 +67,11 @@ def mixer_step(c: MixerSpec, w: dict[str, torch.Tensor], h: torch.Tensor, conv: 
         gs = slice(g * N, (g + 1) * N)
         ssm[head], y[hs] = ssd.naive_step(ssm[head], xs[hs], dt_h, -torch.exp(w["A_log"][head]), B[gs], C[gs])
         y[hs] += w["D"][head] * xs[hs]
-    y = (y * F.silu(z)).view(c.n_groups, -1)  # gate first, then the grouped norm
-    y = torch.cat([rms_norm_naive(part, None, c.norm_eps) for part in y]) * w["norm.weight"]
+    gate = F.silu(z)
+    if c.gated_norm == "gate_first":  # Mamba-2: gate first, then the grouped norm
+        y = y * gate
+    if c.gated_norm != "none":
+        y = torch.cat([rms_norm_naive(part, None, c.norm_eps) for part in y.view(c.n_groups, -1)]) * w["norm.weight"]
+    if c.gated_norm != "gate_first":  # Falcon-H1's orders: the norm (if any) before the gate
+        y = y * gate
     return w["out_proj.weight"] @ y + (w["out_proj.bias"] if c.proj_bias else 0), window
