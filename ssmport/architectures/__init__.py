@@ -87,6 +87,7 @@ def _register_builtins() -> None:
     from ssmport.models.mamba2 import MAMBA2
     from ssmport.models.nemotron_h import NEMOTRON_H
     from ssmport.models.qwen3_5 import QWEN3_5
+    from ssmport.models.rwkv6 import RWKV6
     from ssmport.models.rwkv7 import RWKV7
 
     register_architecture(RWKV7)
@@ -96,6 +97,7 @@ def _register_builtins() -> None:
     register_architecture(LFM2)
     register_architecture(GRANITE_HYBRID)
     register_architecture(NEMOTRON_H)
+    register_architecture(RWKV6)
 
 
 __all__ = [

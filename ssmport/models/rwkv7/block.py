@@ -94,12 +94,16 @@ class RWKV7Block(nn.Module):
 
 
 def build(cfg: RWKV7Config, src: TensorSource, b: WeightBuilder):
-    """(embedding, blocks, head) of the export form. ln0 is per-row, so it is folded into the
-    embedding table exactly."""
+    return blinkdl_model(cfg, src, b, RWKV7Block)
+
+
+def blinkdl_model(cfg, src: TensorSource, b: WeightBuilder, block_class: type[nn.Module]):
+    """(embedding, blocks, head) of a BlinkDL RWKV's export form (x060 and x070 alike). ln0 is
+    per-row, so it is folded into the embedding table exactly."""
     emb = src["emb.weight"].float()
     if cfg.has_ln0:
         emb = F.layer_norm(emb, (cfg.hidden_size,), src["blocks.0.ln0.weight"], src["blocks.0.ln0.bias"], cfg.norm_eps)
     embed = Embedding(b.table("emb.weight", emb, "embedding"))
     del emb
-    blocks = [RWKV7Block(cfg, i, src, b) for i in range(cfg.num_layers)]
+    blocks = [block_class(cfg, i, src, b) for i in range(cfg.num_layers)]
     return embed, blocks, norm_head(src, b, "head.weight", "ln_out.weight", cfg.norm_eps, bias="ln_out.bias")
