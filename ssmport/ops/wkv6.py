@@ -42,10 +42,11 @@ def decode(S, r, log_w, u, k, v):
 
 def _intervals(B: int, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """0/1 matrices selecting, for each pair (t, j) with j < t, the tokens s with j < s < t
-    ([B*B, B]), and for each j the tokens s > j up to the block's end ([B, B])."""
-    t, j, s = torch.arange(B).view(B, 1, 1), torch.arange(B).view(1, B, 1), torch.arange(B).view(1, 1, B)
-    between = ((j < s) & (s < t)).to(dtype).view(B * B, B)
-    after = (s.view(1, B) > torch.arange(B).view(B, 1)).to(dtype)
+    ([B, B, B]: B matrices, one per t, so a batched matmul needs no [B*B] reshape, which a
+    symbolic B cannot take), and for each j the tokens s > j up to the block's end ([B, B])."""
+    ones = torch.ones(B, B, dtype=dtype)
+    after = torch.triu(ones, diagonal=1)  # [j, s] = s > j
+    between = torch.tril(ones, diagonal=-1).unsqueeze(1) * after.unsqueeze(0)  # [t, j, s] = (s < t) and (s > j)
     return between, after
 
 
@@ -62,7 +63,7 @@ def _blocks(S0, r, log_w, u, k, v):
     H, n, B, K = r.shape
     between, after = _intervals(B, r.dtype)
     before = after.t()  # [t, s] = s < t
-    D = (between @ log_w).view(H, n, B, B, K)  # [h, b, t, j, i]
+    D = between @ log_w.unsqueeze(2)  # [H,n,B,B,K]: [h, b, t, j, i]
     strict = before.view(B, B, 1)  # only j < t; D is 0 elsewhere, so exp stays finite
     A = (r.unsqueeze(3) * k.unsqueeze(2) * torch.exp(D) * strict).sum(dim=-1)  # [H,n,B,B]
     y = A @ v + (r * u * k).sum(dim=-1, keepdim=True) * v
