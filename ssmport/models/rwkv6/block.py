@@ -9,10 +9,11 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Step
+from ssmport.models.blinkdl import blinkdl_model
 from ssmport.models.layers import ReluSquaredMLP
 from ssmport.models.rwkv6.config import MIX_NAMES, RWKV6Config
 from ssmport.models.rwkv6.quant import role
-from ssmport.models.rwkv7.block import REC_STATE, SHIFT_STATE, blinkdl_model
+from ssmport.models.rwkv7.block import REC_STATE, SHIFT_STATE
 from ssmport.ops import wkv6
 from ssmport.ops.norms import group_norm, layer_norm
 from ssmport.ops.rows import last_valid, token_shift

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
+from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes
 from ssmport.models.loading import AS_IS, UNSQUEEZED, Stored, layout_view
 from ssmport.models.rwkv6.config import MIX_NAMES, RWKV6Config
-from ssmport.models.rwkv7.checkpoints import blinkdl_layers, blinkdl_shapes
 
 
 def canonical_shapes(cfg: RWKV6Config) -> dict[str, tuple[int, ...]]:

@@ -4,27 +4,15 @@ Hugging Face folders (config.json, fla's names)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, MAX_LAYERS, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored,
-                                    check_layer_count, head_name, layer_count, layout_view, renamed, stacked_row)
+from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes
+from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored, check_layer_count,
+                                    head_name, layout_view, renamed, stacked_row)
 from ssmport.models.rwkv7.config import MIX_NAMES, RWKV7Config
-
-
-def blinkdl_shapes(cfg, layer_shapes: Callable[[int], dict[str, tuple[int, ...]]]) -> dict[str, tuple[int, ...]]:
-    """What every BlinkDL RWKV (x060, x070) has around its layers: the embedding, ln0, each
-    layer's ln1/ln2 (then `layer_shapes(i)`), ln_out and the head."""
-    C, V = cfg.hidden_size, cfg.vocab_size
-    shapes: dict[str, tuple[int, ...]] = {"emb.weight": (V, C)}
-    if cfg.has_ln0:
-        shapes |= {"blocks.0.ln0.weight": (C,), "blocks.0.ln0.bias": (C,)}
-    for i in range(cfg.num_layers):
-        shapes |= {f"blocks.{i}.{ln}.{p}": (C,) for ln in ("ln1", "ln2") for p in ("weight", "bias")}
-        shapes |= layer_shapes(i)
-    return shapes | {"ln_out.weight": (C,), "ln_out.bias": (C,), "head.weight": (V, C)}
 
 
 def canonical_shapes(cfg: RWKV7Config) -> dict[str, tuple[int, ...]]:
@@ -58,18 +46,6 @@ _UNSQUEEZED_1x1 = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "
 def blinkdl_layout(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, Stored]]:
     """BlinkDL's names are the canonical ones; its per-channel vectors are saved [1, 1, C]."""
     return {n: (n, UNSQUEEZED if n.rsplit(".", 1)[-1] in _UNSQUEEZED_1x1 else AS_IS) for n in canonical}
-
-
-def blinkdl_layers(source: TensorSource, need: list[str], family: str) -> int:
-    """The layer count of a BlinkDL file that holds every tensor in `need` (a blocks.0.* among
-    them), or a one-line refusal naming what it lacks."""
-    absent = [n for n in need if n not in source]
-    if absent:
-        raise CheckpointError(f"{source.origin}: not an {family} checkpoint (missing {', '.join(absent)})")
-    layers = layer_count(source, "blocks.")
-    if layers > MAX_LAYERS:
-        raise CheckpointError(f"{source.origin}: tensor names reach block {layers - 1}, beyond {MAX_LAYERS} layers")
-    return layers
 
 
 def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
