@@ -41,12 +41,10 @@ def blinkdl_state_dict(d: Dims, seed: int, layer0_v: bool = True, dtype=torch.fl
         return lo + (hi - lo) * torch.rand(*shape, generator=g)
 
     C, H = d.width, d.width // d.head
-    sd = {"emb.weight": rn(d.vocab, C), "blocks.0.ln0.weight": rn(C, std=0.1, mean=1), "blocks.0.ln0.bias": rn(C, std=0.1)}
+    sd = {"emb.weight": rn(d.vocab, C)} | norms(rn, C, "blocks.0.ln0")
     for i in range(d.layers):
         b = f"blocks.{i}."
-        for ln in ("ln1", "ln2"):
-            sd[f"{b}{ln}.weight"] = rn(C, std=0.1, mean=1)
-            sd[f"{b}{ln}.bias"] = rn(C, std=0.1)
+        sd |= norms(rn, C, b + "ln1", b + "ln2")
         a = b + "att."
         for m in "rwkvag":
             sd[f"{a}x_{m}"] = ru(1, 1, C)
@@ -73,10 +71,18 @@ def blinkdl_state_dict(d: Dims, seed: int, layer0_v: bool = True, dtype=torch.fl
         sd[f + "x_k"] = ru(1, 1, C)
         sd[f + "key.weight"] = rn(d.ffn, C, std=1 / math.sqrt(C))
         sd[f + "value.weight"] = rn(C, d.ffn, std=1 / math.sqrt(d.ffn))
-    sd["ln_out.weight"] = rn(C, std=0.1, mean=1)
-    sd["ln_out.bias"] = rn(C, std=0.1)
+    sd |= norms(rn, C, "ln_out")
     sd["head.weight"] = rn(d.vocab, C, std=2 / math.sqrt(C))
     return {k: v.to(dtype).contiguous() for k, v in sd.items()}
+
+
+def norms(rn, width: int, *names: str) -> dict[str, torch.Tensor]:
+    """LayerNorm gains (~1) and biases (~0) of width `width`, drawn name by name from `rn`."""
+    out = {}
+    for name in names:
+        out[f"{name}.weight"] = rn(width, std=0.1, mean=1)
+        out[f"{name}.bias"] = rn(width, std=0.1)
+    return out
 
 
 def write_pth(path: Path, sd: dict[str, torch.Tensor]) -> Path:

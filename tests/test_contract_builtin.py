@@ -25,6 +25,13 @@ def _rwkv7_checkpoint(folder: Path) -> Path:
     return write_hf_folder(folder / "rwkv7-fla", *fla_from_blinkdl(blinkdl_state_dict(d, seed=21), d), shards=2)
 
 
+def _rwkv6_checkpoint(folder: Path) -> Path:
+    from rwkv6_files import Dims, blinkdl_state_dict, write_pth
+
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_pth(folder / "rwkv6-x060.pth", blinkdl_state_dict(Dims(), seed=25))
+
+
 def _mamba2_checkpoint(folder: Path) -> Path:
     from mamba2_files import Geometry, write_transformers_folder
 
@@ -64,6 +71,7 @@ def _hybrid_checkpoint(name: str):
 
 CHECKPOINT_WRITERS = {
     "rwkv7": _rwkv7_checkpoint,
+    "rwkv6": _rwkv6_checkpoint,
     "mamba2": _mamba2_checkpoint,
     "gated_deltanet": _gated_deltanet_checkpoint,
     "qwen3_5": _qwen3_5_checkpoint,

@@ -90,6 +90,7 @@ def _register_builtins() -> None:
     from ssmport.models.nemotron_h import NEMOTRON_H
     from ssmport.models.olmo_hybrid import OLMO_HYBRID
     from ssmport.models.qwen3_5 import QWEN3_5
+    from ssmport.models.rwkv6 import RWKV6
     from ssmport.models.rwkv7 import RWKV7
 
     register_architecture(RWKV7)
@@ -102,6 +103,7 @@ def _register_builtins() -> None:
     register_architecture(OLMO_HYBRID)
     register_architecture(MAMBA1)
     register_architecture(FALCON_H1)
+    register_architecture(RWKV6)
 
 
 __all__ = [

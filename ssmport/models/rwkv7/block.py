@@ -4,12 +4,12 @@ recurrence from ssmport.ops.wkv7 (decode: the deferred update; prefill: the chun
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, Step
-from ssmport.models.layers import ReluSquaredMLP, norm_head
+from ssmport.graph import Step
+from ssmport.models.blinkdl import blinkdl_model
+from ssmport.models.layers import ReluSquaredMLP
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.models.rwkv7.quant import role
 from ssmport.ops import wkv7
@@ -94,12 +94,4 @@ class RWKV7Block(nn.Module):
 
 
 def build(cfg: RWKV7Config, src: TensorSource, b: WeightBuilder):
-    """(embedding, blocks, head) of the export form. ln0 is per-row, so it is folded into the
-    embedding table exactly."""
-    emb = src["emb.weight"].float()
-    if cfg.has_ln0:
-        emb = F.layer_norm(emb, (cfg.hidden_size,), src["blocks.0.ln0.weight"], src["blocks.0.ln0.bias"], cfg.norm_eps)
-    embed = Embedding(b.table("emb.weight", emb, "embedding"))
-    del emb
-    blocks = [RWKV7Block(cfg, i, src, b) for i in range(cfg.num_layers)]
-    return embed, blocks, norm_head(src, b, "head.weight", "ln_out.weight", cfg.norm_eps, bias="ln_out.bias")
+    return blinkdl_model(cfg, src, b, RWKV7Block)

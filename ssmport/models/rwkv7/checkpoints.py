@@ -9,34 +9,33 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, MAX_LAYERS, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored,
-                                    check_layer_count, head_name, layer_count, layout_view, renamed, stacked_row)
+from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes
+from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored, check_layer_count,
+                                    head_name, layout_view, renamed, stacked_row)
 from ssmport.models.rwkv7.config import MIX_NAMES, RWKV7Config
 
 
 def canonical_shapes(cfg: RWKV7Config) -> dict[str, tuple[int, ...]]:
-    C, V, F_, H, N, Cv = cfg.hidden_size, cfg.vocab_size, cfg.ffn_size, cfg.num_heads, cfg.head_size, cfg.value_size
-    shapes: dict[str, tuple[int, ...]] = {"emb.weight": (V, C)}
-    if cfg.has_ln0:
-        shapes |= {"blocks.0.ln0.weight": (C,), "blocks.0.ln0.bias": (C,)}
-    for i in range(cfg.num_layers):
-        b, a, f = f"blocks.{i}.", f"blocks.{i}.att.", f"blocks.{i}.ffn."
-        for ln in ("ln1", "ln2"):
-            shapes |= {f"{b}{ln}.weight": (C,), f"{b}{ln}.bias": (C,)}
-        shapes |= {f"{a}x_{m}": (C,) for m in MIX_NAMES}
-        shapes |= {
-            f"{a}w0": (C,), f"{a}w1": (C, cfg.decay_lora), f"{a}w2": (cfg.decay_lora, C),
-            f"{a}a0": (C,), f"{a}a1": (C, cfg.a_lora), f"{a}a2": (cfg.a_lora, C),
-            f"{a}g1": (C, cfg.gate_lora), f"{a}g2": (cfg.gate_lora, Cv),
-            f"{a}k_k": (C,), f"{a}k_a": (C,), f"{a}r_k": (H, N),
-            f"{a}receptance.weight": (C, C), f"{a}key.weight": (C, C),
-            f"{a}value.weight": (Cv, C), f"{a}output.weight": (C, Cv),
-            f"{a}ln_x.weight": (Cv,), f"{a}ln_x.bias": (Cv,),
-            f"{f}x_k": (C,), f"{f}key.weight": (F_, C), f"{f}value.weight": (C, F_),
-        }  # fmt: skip
-        if i > 0:  # layer 0 takes v as v_first; its v-LoRA is unused (and often absent)
-            shapes |= {f"{a}v0": (Cv,), f"{a}v1": (C, cfg.v_lora), f"{a}v2": (cfg.v_lora, Cv)}
-    return shapes | {"ln_out.weight": (C,), "ln_out.bias": (C,), "head.weight": (V, C)}
+    return blinkdl_shapes(cfg, lambda i: _layer_shapes(cfg, i))
+
+
+def _layer_shapes(cfg: RWKV7Config, i: int) -> dict[str, tuple[int, ...]]:
+    C, F_, H, N, Cv = cfg.hidden_size, cfg.ffn_size, cfg.num_heads, cfg.head_size, cfg.value_size
+    a, f = f"blocks.{i}.att.", f"blocks.{i}.ffn."
+    shapes = {f"{a}x_{m}": (C,) for m in MIX_NAMES}
+    shapes |= {
+        f"{a}w0": (C,), f"{a}w1": (C, cfg.decay_lora), f"{a}w2": (cfg.decay_lora, C),
+        f"{a}a0": (C,), f"{a}a1": (C, cfg.a_lora), f"{a}a2": (cfg.a_lora, C),
+        f"{a}g1": (C, cfg.gate_lora), f"{a}g2": (cfg.gate_lora, Cv),
+        f"{a}k_k": (C,), f"{a}k_a": (C,), f"{a}r_k": (H, N),
+        f"{a}receptance.weight": (C, C), f"{a}key.weight": (C, C),
+        f"{a}value.weight": (Cv, C), f"{a}output.weight": (C, Cv),
+        f"{a}ln_x.weight": (Cv,), f"{a}ln_x.bias": (Cv,),
+        f"{f}x_k": (C,), f"{f}key.weight": (F_, C), f"{f}value.weight": (C, F_),
+    }  # fmt: skip
+    if i > 0:  # layer 0 takes v as v_first; its v-LoRA is unused (and often absent)
+        shapes |= {f"{a}v0": (Cv,), f"{a}v1": (C, cfg.v_lora), f"{a}v2": (cfg.v_lora, Cv)}
+    return shapes
 
 
 # --- BlinkDL .pth ----------------------------------------------------------------------
@@ -50,14 +49,8 @@ def blinkdl_layout(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[
 
 
 def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
-    need = ["emb.weight", "blocks.0.att.r_k", "blocks.0.ffn.key.weight", "blocks.0.att.w1",
-            "blocks.0.att.a1", "blocks.0.att.g1"]  # fmt: skip
-    absent = [n for n in need if n not in source]
-    if absent:
-        raise CheckpointError(f"{source.origin}: not an RWKV-7 checkpoint (missing {', '.join(absent)})")
-    layers = layer_count(source, "blocks.")  # at least 1: blocks.0.* is among `need`
-    if layers > MAX_LAYERS:
-        raise CheckpointError(f"{source.origin}: tensor names reach block {layers - 1}, beyond {MAX_LAYERS} layers")
+    layers = blinkdl_layers(source, ["emb.weight", "blocks.0.att.r_k", "blocks.0.ffn.key.weight", "blocks.0.att.w1",
+                                     "blocks.0.att.a1", "blocks.0.att.g1"], "RWKV-7")  # fmt: skip
     emb, r_k = source.shape("emb.weight"), source.shape("blocks.0.att.r_k")
     if len(emb) != 2 or len(r_k) != 2 or 0 in emb + r_k:  # every size below is read from these two
         raise CheckpointError(f"{source.origin}: emb.weight {list(emb)} and blocks.0.att.r_k {list(r_k)} are not "
