@@ -43,6 +43,18 @@ def _qwen3_5_checkpoint(folder: Path) -> Path:
     return write_qwen35_vlm(folder / "qwen35-vlm", Qwen35Dims(), seed=24)  # the released packaging
 
 
+def _lfm2_moe_checkpoint(folder: Path) -> Path:
+    from moe_files import write_lfm2_moe
+
+    return write_lfm2_moe(folder / "lfm2_moe", seed=25)
+
+
+def _qwen3_5_moe_checkpoint(folder: Path) -> Path:
+    from moe_files import write_qwen35_moe
+
+    return write_qwen35_moe(folder / "qwen3_5_moe", seed=26)
+
+
 def _hybrid_checkpoint(name: str):
     def write(folder: Path) -> Path:
         from hybrid_checks import FAMILIES
@@ -60,6 +72,8 @@ CHECKPOINT_WRITERS = {
 
 
     "lfm2": _hybrid_checkpoint("lfm2"),
+    "lfm2_moe": _lfm2_moe_checkpoint,
+    "qwen3_5_moe": _qwen3_5_moe_checkpoint,
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
 }
