@@ -192,3 +192,13 @@ def moe_naive(spec: MoeSpec, names: MoeNames, w, h: torch.Tensor) -> tuple[torch
         shared = down @ (F.silu(gate @ h) * (up @ h))
         out = out + (torch.sigmoid(w[names.shared_gate] @ h) * shared if spec.shared_gate else shared)
     return out, chosen
+
+
+class RoutedReference:
+    """A reference mixin: `routed` runs `moe_naive` over the reference's fp32 weights `self.w`
+    and keeps each choice in `self.chosen` ([(layer, [experts])], in call order)."""
+
+    def routed(self, i: int, spec: MoeSpec, names: MoeNames, h: torch.Tensor) -> torch.Tensor:
+        out, experts = moe_naive(spec, names, self.w, h)
+        self.__dict__.setdefault("chosen", []).append((i, experts))
+        return out

@@ -8,19 +8,11 @@ import torch
 
 from ssmport.models.lfm2.reference import Lfm2Reference
 from ssmport.models.lfm2_moe.checkpoints import canonical_shapes, moe_names
-from ssmport.models.moe import moe_naive
+from ssmport.models.moe import RoutedReference
 
 
-class Lfm2MoeReference(Lfm2Reference):
+class Lfm2MoeReference(RoutedReference, Lfm2Reference):
     shapes = staticmethod(canonical_shapes)
 
-    def __init__(self, cfg, weights):
-        super().__init__(cfg, weights)
-        self.chosen: list[tuple[int, list[int]]] = []
-
     def _mlp(self, i: int, y: torch.Tensor) -> torch.Tensor:
-        if not self.cfg.is_moe(i):
-            return super()._mlp(i, y)
-        out, experts = moe_naive(self.cfg.moe, moe_names(i), self.w, y)
-        self.chosen.append((i, experts))
-        return out
+        return self.routed(i, self.cfg.moe, moe_names(i), y) if self.cfg.is_moe(i) else super()._mlp(i, y)

@@ -6,19 +6,13 @@ from __future__ import annotations
 
 import torch
 
-from ssmport.models.moe import moe_naive
+from ssmport.models.moe import RoutedReference
 from ssmport.models.qwen3_5.reference import Qwen35Reference
 from ssmport.models.qwen3_5_moe.checkpoints import canonical_shapes, moe_names
 
 
-class Qwen35MoeReference(Qwen35Reference):
+class Qwen35MoeReference(RoutedReference, Qwen35Reference):
     shapes = staticmethod(canonical_shapes)
 
-    def __init__(self, cfg, weights):
-        super().__init__(cfg, weights)
-        self.chosen: list[tuple[int, list[int]]] = []
-
     def _mlp(self, i: int, h: torch.Tensor) -> torch.Tensor:
-        out, experts = moe_naive(self.cfg.moe, moe_names(i), self.w, h)
-        self.chosen.append((i, experts))
-        return out
+        return self.routed(i, self.cfg.moe, moe_names(i), h)
