@@ -31,10 +31,13 @@ BANDWIDTH_SLICE_BYTES = 64 << 20  # each sample reads 2x L3, after 448 MB of oth
 
 def weight_bytes_per_token(manifest: Manifest) -> int:
     """Bytes of weights one decode step reads, from the manifest's per-tensor plan: every
-    stored tensor once, except lookup tables (the embedding), which give one row."""
+    stored tensor once, except lookup tables (the embedding), which give one row, and expert
+    stacks, which give the rows a token reads (its top-k experts: active, not total, weights)."""
     total = 0
     for entry in manifest.plan_tensors:
-        if entry["role"] in LOOKUP_ROLES:
+        if entry.get("rows_read"):
+            total += entry["bytes"] * entry["rows_read"] // entry["shape"][0]
+        elif entry["role"] in LOOKUP_ROLES:
             total += entry["bytes"] // entry["shape"][0]
         else:
             total += entry["bytes"]

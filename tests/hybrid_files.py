@@ -48,6 +48,8 @@ MODELING_MODULES = (
     "transformers.models.nemotron_h.modeling_nemotron_h",
     "transformers.models.olmo_hybrid.modeling_olmo_hybrid",
     "transformers.models.falcon_h1.modeling_falcon_h1",
+    "transformers.models.lfm2_moe.modeling_lfm2_moe",  # the MoE hybrids (tests/moe_files.py)
+    "transformers.models.qwen3_5_moe.modeling_qwen3_5_moe",
 )
 
 # fp32 agreement of transformers' cached token-by-token path with its full-sequence path
@@ -595,7 +597,8 @@ def load_transformers(folder: Path):
     assert_torch_paths()
     name = json.loads((Path(folder) / "config.json").read_text())["architectures"][0]
     assert name in ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Lfm2ForCausalLM",
-                    "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM", "FalconH1ForCausalLM"), name  # fmt: skip
+                    "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM", "FalconH1ForCausalLM",
+                    "Lfm2MoeForCausalLM", "Qwen3_5MoeForCausalLM"), name  # fmt: skip
     model = getattr(transformers, name).from_pretrained(str(folder), dtype=torch.float32)
     return model.eval()
 

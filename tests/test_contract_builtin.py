@@ -58,6 +58,16 @@ def _mamba1_checkpoint(folder: Path) -> Path:
     from mamba1_files import FALCON, write_transformers_folder
 
     return write_transformers_folder(folder / "falcon-mamba-hf", FALCON, seed=25)
+def _lfm2_moe_checkpoint(folder: Path) -> Path:
+    from moe_files import write_lfm2_moe
+
+    return write_lfm2_moe(folder / "lfm2_moe", seed=25)
+
+
+def _qwen3_5_moe_checkpoint(folder: Path) -> Path:
+    from moe_files import write_qwen35_moe
+
+    return write_qwen35_moe(folder / "qwen3_5_moe", seed=26)
 
 
 def _hybrid_checkpoint(name: str):
@@ -78,6 +88,8 @@ CHECKPOINT_WRITERS = {
 
 
     "lfm2": _hybrid_checkpoint("lfm2"),
+    "lfm2_moe": _lfm2_moe_checkpoint,
+    "qwen3_5_moe": _qwen3_5_moe_checkpoint,
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
     "olmo_hybrid": _olmo_hybrid_checkpoint,

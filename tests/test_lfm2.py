@@ -75,7 +75,6 @@ def test_presets_have_the_released_sizes(name, params):
 
 
 @pytest.mark.parametrize("edit, says", [
-    (lambda c: c.update(model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"]), "model_type 'lfm2_moe' is not supported"),
     (lambda c: c.update(model_type="lfm2_vl", architectures=["Lfm2VlForConditionalGeneration"]), "model_type 'lfm2_vl' is not"),
     (lambda c: c.update(architectures=["Lfm2MoeForCausalLM"]), "experts (lfm2_moe"),  # a model_type that says lfm2
     (lambda c: c.update(layer_types=["conv", "conv", "sliding_attention", "conv", "full_attention"]), "'sliding_attention'"),
@@ -90,14 +89,14 @@ def test_unsupported_configs_are_refused_in_one_line(folders, tmp_path, edit, sa
     assert says in str(info.value) and "\n" not in str(info.value)
 
 
-def test_cli_refuses_lfm2_moe_in_one_line(folders, tmp_path, capsys):
+def test_cli_refuses_lfm2_vl_in_one_line(folders, tmp_path, capsys):
     """Refused by the registry (its model_type is claimed by no architecture): for a Hub repo,
-    before any weights are downloaded."""
-    bad = rewrite(folders["lfm2"], tmp_path / "moe", config_edit=lambda c: c.update(
-        model_type="lfm2_moe", architectures=["Lfm2MoeForCausalLM"]))  # fmt: skip
+    before any weights are downloaded. (`lfm2_moe` is tests/test_moe.py's.)"""
+    bad = rewrite(folders["lfm2"], tmp_path / "vl", config_edit=lambda c: c.update(
+        model_type="lfm2_vl", architectures=["Lfm2VlForConditionalGeneration"]))  # fmt: skip
     assert main(["export", str(bad), "-o", str(tmp_path / "out"), "-q"]) != 0
     err = capsys.readouterr().err.strip()
-    assert err.startswith("ssmport: error:") and "lfm2_moe" in err and len(err.splitlines()) == 1
+    assert err.startswith("ssmport: error:") and "lfm2_vl" in err and len(err.splitlines()) == 1
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 

@@ -212,9 +212,7 @@ def _set(key, value, text=True):
 
 
 REFUSALS = [
-    ("qwen35-text", _set("model_type", "qwen3_5_moe"), "Qwen3.5-MoE .* is not supported"),
     ("qwen35-text", _set("model_type", "qwen3_next"), "Qwen3-Next .* is not supported"),
-    ("qwen35-vlm", _set("model_type", "qwen3_5_moe_text", text=False), "Qwen3.5-MoE .* is not supported"),
     ("qwen35-text", _set("attn_output_gate", False), "attn_output_gate=false"),
     ("qwen35-text", _set("mlp_only_layers", [1]), r"mlp_only_layers=\[1\]"),
     ("qwen35-text", _set("hidden_act", "gelu"), "hidden_act='gelu'"),

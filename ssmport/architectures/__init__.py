@@ -86,18 +86,22 @@ def _register_builtins() -> None:
     from ssmport.models.granite_hybrid import GRANITE_HYBRID
     from ssmport.models.lfm2 import LFM2
     from ssmport.models.mamba1 import MAMBA1
+    from ssmport.models.lfm2_moe import LFM2_MOE
     from ssmport.models.mamba2 import MAMBA2
     from ssmport.models.nemotron_h import NEMOTRON_H
     from ssmport.models.olmo_hybrid import OLMO_HYBRID
     from ssmport.models.qwen3_5 import QWEN3_5
     from ssmport.models.rwkv6 import RWKV6
+    from ssmport.models.qwen3_5_moe import QWEN3_5_MOE
     from ssmport.models.rwkv7 import RWKV7
 
     register_architecture(RWKV7)
     register_architecture(MAMBA2)
     register_architecture(GATED_DELTANET)
     register_architecture(QWEN3_5)
+    register_architecture(QWEN3_5_MOE)
     register_architecture(LFM2)
+    register_architecture(LFM2_MOE)
     register_architecture(GRANITE_HYBRID)
     register_architecture(NEMOTRON_H)
     register_architecture(OLMO_HYBRID)

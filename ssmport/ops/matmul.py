@@ -103,3 +103,56 @@ class Int8Matmul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.dequant()
         return rows_matmul(x.to(w.dtype), w).to(self.out_dtype)
+
+
+class FloatExperts(nn.Module):
+    """A stack of per-expert weights W[e] [in, out] (fp32 or fp16), read by expert index.
+
+    `select(idx)` reads only the chosen experts' weights (a gather on the stack: what a
+    decode step of a mixture-of-experts layer reads); `whole()` the stack, for the dense form
+    that runs every expert (a prefill chunk whose tokens between them choose most experts)."""
+
+    def __init__(self, stack: torch.Tensor):
+        super().__init__()
+        self.weight = nn.Parameter(stack.contiguous(), requires_grad=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.weight.dtype
+
+    def select(self, idx: torch.Tensor) -> torch.Tensor:
+        # W[idx] (aten.index): 18.9 ms for 4 of 32 experts of 1024x1536 + 768x1024 fp32 on this
+        # runtime, against 392 ms as index_select (GatherMM's decomposition: 534 ms) and 46.6 as
+        # an embedding lookup on [E, in*out] (benchmarks/moe_gathers.py; docs/hybrids.md section 9)
+        return self.weight[idx]
+
+    def whole(self) -> torch.Tensor:
+        return self.weight
+
+
+class Int8Experts(nn.Module):
+    """The int8 form of `FloatExperts`: Q [E, in, out] int8 and fp16 scales [E, in/32, out].
+
+    The chosen experts' Q and scales are gathered first and dequantized after, in plain ops
+    (the constexpr dequantization of `Int8Matmul` would expand the whole stack on every call)."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor):
+        super().__init__()
+        self.q = nn.Parameter(q.contiguous(), requires_grad=False)
+        self.scale = nn.Parameter(scale.contiguous(), requires_grad=False)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.scale.dtype
+
+    def _dequantize(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        n, n_in, n_out = q.shape
+        blocks = scale.shape[1]
+        w = q.to(scale.dtype).view(n, blocks, n_in // blocks, n_out) * scale.view(n, blocks, 1, n_out)
+        return w.view(n, n_in, n_out)
+
+    def select(self, idx: torch.Tensor) -> torch.Tensor:
+        return self._dequantize(self.q[idx], self.scale[idx])
+
+    def whole(self) -> torch.Tensor:
+        return self._dequantize(self.q, self.scale)

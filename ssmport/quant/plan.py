@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import storage_key
-from ssmport.ops.matmul import FloatMatmul, Int8Matmul
+from ssmport.ops.matmul import FloatExperts, FloatMatmul, Int8Experts, Int8Matmul
 from ssmport.quant.int8 import quantize_int8_blockwise
 from ssmport.quant.recipes import BLOCK_SIZE, Recipe
 from ssmport.state import dtype_name
@@ -31,10 +31,13 @@ class PlanEntry:
     dtype: str  # "float32" | "float16" | "int8"
     block: int | None  # int8 block length along `in`, else None
     bytes: int  # data bytes, plus scale bytes for int8
+    rows_read: int | None = None  # a stack read by index (experts): leading rows one token reads
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["shape"] = list(self.shape)
+        if d["rows_read"] is None:  # only expert stacks say it
+            del d["rows_read"]
         return d
 
 
@@ -78,6 +81,20 @@ class WeightBuilder:
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
         return self._keep(FloatMatmul(w, out_dtype))
 
+    def experts(self, name: str, stack_in_out: torch.Tensor, role: str, rows_read: int) -> nn.Module:
+        """A stack of per-expert matmul weights [E, in, out] read by expert index (FloatExperts /
+        Int8Experts), stored as `matmul` would store each expert; `rows_read`: the experts one
+        token reads (top-k), what the roofline counts."""
+        E, n_in, n_out = stack_in_out.shape
+        if self.recipe.stores_int8(self.keeps_float(name)) and n_in % BLOCK_SIZE == 0:
+            pairs = [_quantize_in_column_chunks(w) for w in stack_in_out]
+            q, scale = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+            self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel(), rows_read)
+            return self._keep(Int8Experts(q, scale))
+        w = stack_in_out.to(self.recipe.float_dtype)
+        self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size(), rows_read)
+        return self._keep(FloatExperts(w))
+
     def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         """A lookup table (embedding), stored in the recipe's float dtype."""
         return self._param(name, value.to(self.recipe.float_dtype), role)
@@ -106,8 +123,8 @@ class WeightBuilder:
         still be the source's own (an fp32 checkpoint tensor is stored as it is)."""
         return storage_key(tensor) in self._stored
 
-    def _record(self, name, role, shape, dtype, block, nbytes) -> None:
-        self.entries.append(PlanEntry(name, role, tuple(shape), dtype_name(dtype), block, int(nbytes)))
+    def _record(self, name, role, shape, dtype, block, nbytes, rows_read=None) -> None:
+        self.entries.append(PlanEntry(name, role, tuple(shape), dtype_name(dtype), block, int(nbytes), rows_read))
         if self.on_store:
             self.on_store(math.prod(shape))
 

@@ -11,7 +11,8 @@ from enum import StrEnum
 class Role(StrEnum):
     EMBEDDING = "embedding"
     HEAD = "head"  # the LM head: reads nothing back into a state
-    FFN = "ffn"  # MLP / channel-mix matmuls: the weight bulk
+    FFN = "ffn"  # MLP / channel-mix matmuls (routed and shared experts too): the weight bulk
+    ROUTER = "router"  # a mixture-of-experts router and shared-expert gate: decide, stay float
     STATE_PROJ = "state_proj"  # projections whose outputs enter the recurrence (r/k/v, in_proj, q/k/v/a/b/g)
     OUT_PROJ = "out_proj"  # writes the residual stream every later layer's recurrence reads
     ATTN_PROJ = "attn_proj"  # q/k/v/o of a softmax-attention layer (hybrids)

@@ -1,7 +1,7 @@
 """LFM2 / LFM2.5 (Liquid AI): gated short convs and GQA attention. The architecture object.
 
-Liquid AI's other model types (`lfm2_moe`, `lfm2_vl`) are not claimed: a folder or Hub repo
-of theirs is refused by the registry in one line, before any weights are downloaded."""
+`lfm2_moe` is its own package (ssmport.models.lfm2_moe); `lfm2_vl` is not claimed: a folder
+or Hub repo of it is refused by the registry in one line, before any weights are downloaded."""
 
 from __future__ import annotations
 

@@ -54,7 +54,7 @@ class GatedShortConv(nn.Module):
 class Lfm2Layer(nn.Module):
     """x + op(rmsnorm(x)), then x + mlp(rmsnorm(x)). Its states are its operator's."""
 
-    def __init__(self, cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder):
+    def __init__(self, cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder, mlp: nn.Module):
         super().__init__()
         p, self.eps = layer(i), cfg.norm_eps
         vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
@@ -64,8 +64,7 @@ class Lfm2Layer(nn.Module):
         else:
             self.op = AttentionMixer(cfg.attention, attention(i), src, b)
         self.states = self.op.states
-        f = p + "feed_forward."
-        self.mlp = SwiGLU(f + "w1.weight", f + "w3.weight", f + "w2.weight", src, b)
+        self.mlp = mlp
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         out, states = self.op(rms_norm(x, self.op_norm, self.eps), slices, step)
@@ -73,7 +72,13 @@ class Lfm2Layer(nn.Module):
         return x + self.mlp(rms_norm(x, self.ffn_norm, self.eps)), states
 
 
-def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder):
+def dense_mlp(cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder) -> nn.Module:
+    f = layer(i) + "feed_forward."
+    return SwiGLU(f + "w1.weight", f + "w3.weight", f + "w2.weight", src, b)
+
+
+def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder, mlp=dense_mlp, role=role):
+    """`mlp(cfg, i, src, b)`: layer i's MLP (LFM2-MoE's routed experts past its dense layers)."""
     embed = Embedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)))
-    blocks = [Lfm2Layer(cfg, i, src, b) for i in range(cfg.num_layers)]
+    blocks = [Lfm2Layer(cfg, i, src, b, mlp(cfg, i, src, b)) for i in range(cfg.num_layers)]
     return embed, blocks, norm_head(src, b, HEAD, "model.embedding_norm.weight", cfg.norm_eps)

@@ -24,8 +24,14 @@ def attention(i: int) -> AttentionNames:
     return attention_names(layer(i) + "self_attn.", out="out_proj", norm="layernorm")
 
 
-def canonical_shapes(cfg: Lfm2Config) -> dict[str, tuple[int, ...]]:
-    H, V, F = cfg.hidden_size, cfg.vocab_size, cfg.intermediate_size
+def dense_mlp_shapes(cfg: Lfm2Config, i: int) -> dict[str, tuple[int, ...]]:
+    H, F, f = cfg.hidden_size, cfg.intermediate_size, layer(i) + "feed_forward."
+    return {f + "w1.weight": (F, H), f + "w3.weight": (F, H), f + "w2.weight": (H, F)}
+
+
+def canonical_shapes(cfg: Lfm2Config, mlp=dense_mlp_shapes) -> dict[str, tuple[int, ...]]:
+    """`mlp(cfg, i)`: the shapes of layer i's MLP (LFM2-MoE's experts past its dense layers)."""
+    H, V = cfg.hidden_size, cfg.vocab_size
     shapes: dict[str, tuple[int, ...]] = {EMBEDDING: (V, H)}
     for i, kind in enumerate(cfg.layer_types):
         p = layer(i)
@@ -37,8 +43,7 @@ def canonical_shapes(cfg: Lfm2Config) -> dict[str, tuple[int, ...]]:
                 shapes |= {c + "in_proj.bias": (3 * H,), c + "conv.bias": (H,), c + "out_proj.bias": (H,)}
         else:
             shapes |= attention_shapes(cfg.attention, attention(i), H)
-        f = p + "feed_forward."
-        shapes |= {f + "w1.weight": (F, H), f + "w3.weight": (F, H), f + "w2.weight": (H, F)}
+        shapes |= mlp(cfg, i)
     return shapes | {"model.embedding_norm.weight": (H,), HEAD: (V, H)}
 
 

@@ -78,11 +78,21 @@ def mlp_width(ff: int, auto_adjust: bool, multiplier: float | None, multiple_of:
 def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[Lfm2Config, bool]:
     """(config, tied) from an Lfm2Config config.json; missing keys take transformers' defaults."""
     r = ConfigReader(cj, origin, "LFM2")
-    max_positions = max_positions_from(r)
     named = set(cj.get("architectures") or [])  # a folder that says lfm2 but names another class
     r.refuse({"experts (lfm2_moe: LFM2-8B-A1B and the like; only the dense LFM2/LFM2.5 models)":
                   bool(named & {"Lfm2MoeForCausalLM"}),
               "a vision tower (lfm2_vl; only the text models)": bool(named & {"Lfm2VlForConditionalGeneration"})})  # fmt: skip
+    multiplier = r.raw("block_ffn_dim_multiplier", 1.0)
+    width = mlp_width(r.int("block_ff_dim", r.int("intermediate_size", 12288)), r.bool("block_auto_adjust_ff_dim", True),
+                      None if multiplier is None else r.float("block_ffn_dim_multiplier", positive=True),
+                      r.int("block_multiple_of", 256))  # fmt: skip
+    fields, tied = common_fields(r, cj)
+    return Lfm2Config(**fields, intermediate_size=width), tied
+
+
+def common_fields(r: ConfigReader, cj: Mapping[str, Any]) -> tuple[dict[str, Any], bool]:
+    """What LFM2 and LFM2-MoE read alike: every Lfm2Config field but the MLP width, and `tied`."""
+    origin, max_positions = r.origin, max_positions_from(r)
     hidden, layers = r.int("hidden_size", 2560), r.layers("num_hidden_layers", 32)
     for key in ("block_dim", "conv_dim"):  # carried by early releases, unread by transformers
         if key in cj and r.int(key) != hidden:
@@ -98,18 +108,14 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[Lfm2Config, b
     if len(kinds) != layers:
         raise CheckpointError(f"{origin}: config.json has {len(kinds)} layer_types for num_hidden_layers={layers}")
     heads = r.int("num_attention_heads", 32)
-    multiplier = r.raw("block_ffn_dim_multiplier", 1.0)
-    width = mlp_width(r.int("block_ff_dim", r.int("intermediate_size", 12288)), r.bool("block_auto_adjust_ff_dim", True),
-                      None if multiplier is None else r.float("block_ffn_dim_multiplier", positive=True),
-                      r.int("block_multiple_of", 256))  # fmt: skip
     tied = r.bool("tie_embedding", r.bool("tie_word_embeddings", True))  # the legacy key wins, as in transformers
-    cfg = Lfm2Config(
+    fields = dict(
         vocab_size=r.int("vocab_size", 65536), hidden_size=hidden, layer_types=kinds, num_heads=heads,
-        num_kv_heads=r.int("num_key_value_heads", 8), head_dim=r.int("head_dim", hidden // heads), intermediate_size=width,
+        num_kv_heads=r.int("num_key_value_heads", 8), head_dim=r.int("head_dim", hidden // heads),
         conv_kernel=r.int("conv_L_cache", 3), conv_bias=r.bool("conv_bias", False),
         norm_eps=r.float("norm_eps", 1e-5, positive=True), rope_theta=rope_theta(r, 1e6), context=min(DEFAULT_CONTEXT, max_positions), max_position_embeddings=max_positions,
     )  # fmt: skip
-    return cfg, tied
+    return fields, tied
 
 
 # The released dense models (docs/hybrids.md section 5). All: vocab 65536, conv_L_cache 3, no

@@ -39,11 +39,13 @@ class Lfm2Reference(Reference):
             p = layer(i)
             h = rms_norm_naive(x, w[p + "operator_norm.weight"], c.norm_eps)
             x = x + (self._conv(i, h, state) if kind == CONV else self._attention(i, h, state))
-            y = rms_norm_naive(x, w[p + "ffn_norm.weight"], c.norm_eps)
-            f = p + "feed_forward."
-            x = x + w[f + "w2.weight"] @ (F.silu(w[f + "w1.weight"] @ y) * (w[f + "w3.weight"] @ y))
+            x = x + self._mlp(i, rms_norm_naive(x, w[p + "ffn_norm.weight"], c.norm_eps))
         state["position"] += 1
         return w[HEAD] @ rms_norm_naive(x, w["model.embedding_norm.weight"], c.norm_eps)
+
+    def _mlp(self, i: int, y: torch.Tensor) -> torch.Tensor:
+        f = layer(i) + "feed_forward."
+        return self.w[f + "w2.weight"] @ (F.silu(self.w[f + "w1.weight"] @ y) * (self.w[f + "w3.weight"] @ y))
 
     def _conv(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
         c, p = self.cfg, layer(i) + "conv."

@@ -19,16 +19,15 @@ from ssmport.models.qwen3_5.reference import Qwen35Reference
 from ssmport.state import StateSpec
 
 TEXT_TYPES = ("qwen3_5", "qwen3_5_text")
-# Same family, other MLPs: refused by name, with what ssmport lacks for them.
+# Same family, other MLPs: refused by name, with what ssmport lacks for them (Qwen3.5-MoE is
+# its own package, ssmport.models.qwen3_5_moe).
 REFUSED_TYPES = {
-    "qwen3_5_moe": "Qwen3.5-MoE (routed experts and a shared expert in every MLP)",
-    "qwen3_5_moe_text": "Qwen3.5-MoE (routed experts and a shared expert in every MLP)",
     "qwen3_next": "Qwen3-Next (routed experts, and a fused in_proj_qkvz with a per-group layout)",
 }
 
 
 @dataclass
-class _Qwen35(HybridArchitecture):  # the hybrids' context and apple layout, its own loader and states
+class Qwen35Architecture(HybridArchitecture):  # the hybrids' context and apple layout, its own loader and states
     def matches_hf_config(self, config_json: Mapping[str, Any]) -> bool:
         return config_json.get("model_type") in (*TEXT_TYPES, *REFUSED_TYPES) or super().matches_hf_config(config_json)
 
@@ -47,7 +46,7 @@ class _Qwen35(HybridArchitecture):  # the hybrids' context and apple layout, its
         return delta_rule_hybrid_specs(config, state_dtype)
 
 
-QWEN3_5 = _Qwen35(
+QWEN3_5 = Qwen35Architecture(
     name="qwen3_5",
     description="Qwen3.5 (dense): Gated DeltaNet + gated full attention with a KV cache, 4 states as Apple exports them",
     hf_architectures=("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),

@@ -34,10 +34,9 @@ def delta_rule_names(i: int) -> DeltaRuleNames:
 class Qwen35Block(nn.Module):
     """x += mixer(rmsnorm1p(x)); x += mlp(rmsnorm1p(x)). Its states are its mixer's."""
 
-    def __init__(self, cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder):
+    def __init__(self, cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder, mlp):
         super().__init__()
-        p, m = layer(i), layer(i) + "mlp."
-        self.eps = cfg.rms_norm_eps
+        p, self.eps = layer(i), cfg.rms_norm_eps
         gain = lambda n: b.vector(n, norm_gain(src[n], ZERO_CENTRED), Role.NORM)  # noqa: E731
         self.input_norm, self.post_norm = gain(p + "input_layernorm.weight"), gain(p + "post_attention_layernorm.weight")
         if cfg.layer_types[i] == FULL:
@@ -45,7 +44,7 @@ class Qwen35Block(nn.Module):
         else:
             self.mixer = DeltaRuleMixer(cfg.delta_rule, delta_rule_names(i), src, b, CONV_STATES, RECURRENT_STATES)
         self.states = self.mixer.states
-        self.mlp = SwiGLU(m + "gate_proj.weight", m + "up_proj.weight", m + "down_proj.weight", src, b)
+        self.mlp = mlp(cfg, i, src, b)
 
     def forward(self, x, slices: dict, step: Step):
         out, states = self.mixer(rms_norm(x, self.input_norm, self.eps), slices, step)
@@ -53,9 +52,14 @@ class Qwen35Block(nn.Module):
         return x + self.mlp(rms_norm(x, self.post_norm, self.eps)), states
 
 
-def build(cfg: Qwen35Config, src: TensorSource, b: WeightBuilder):
+def dense_mlp(cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder) -> nn.Module:
+    return SwiGLU(*(f"{layer(i)}mlp.{w}_proj.weight" for w in ("gate", "up", "down")), src, b)
+
+
+def build(cfg: Qwen35Config, src: TensorSource, b: WeightBuilder, mlp=dense_mlp):
+    """`mlp(cfg, i, src, b)`: layer i's MLP (Qwen3.5-MoE: routed experts and a shared expert)."""
     embed = Embedding(b.table(EMBED, src[EMBED], Role.EMBEDDING))
-    blocks = [Qwen35Block(cfg, i, src, b) for i in range(cfg.num_layers)]
+    blocks = [Qwen35Block(cfg, i, src, b, mlp) for i in range(cfg.num_layers)]
     # A tied model's head is its embedding table (the source maps lm_head.weight to it), stored
     # a second time as [in, out]: the lookup and the matmul need different layouts.
     return embed, blocks, norm_head(src, b, HEAD, NORM, cfg.rms_norm_eps, gain=norm_gain(src[NORM], ZERO_CENTRED))

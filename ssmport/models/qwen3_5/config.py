@@ -91,7 +91,7 @@ class Qwen35Config(hybrid.HybridConfig):
 # --------------------------------------------------------------------------- config.json
 
 
-def from_hf(cj: Mapping[str, Any], origin: str) -> Qwen35Config:
+def from_hf(cj: Mapping[str, Any], origin: str, experts: bool = False) -> Qwen35Config:
     """A `qwen3_5_text` config, or the `text_config` of a `qwen3_5` (VLM-packaged) one."""
     if cj.get("model_type") == "qwen3_5" or "text_config" in cj:
         text = cj.get("text_config")
@@ -102,18 +102,19 @@ def from_hf(cj: Mapping[str, Any], origin: str) -> Qwen35Config:
         if "tie_word_embeddings" in text and text["tie_word_embeddings"] != tied:
             raise CheckpointError(f"{origin}: config.json tie_word_embeddings={tied} but text_config says "
                                   f"{text['tie_word_embeddings']}: which head to use is ambiguous")  # fmt: skip
-        return _from_text(text, f"{origin} (text_config)", tied)
-    return _from_text(cj, origin, None)
+        return _from_text(text, f"{origin} (text_config)", tied, experts)
+    return _from_text(cj, origin, None, experts)
 
 
-def _from_text(cj: Mapping[str, Any], origin: str, tied: bool | None) -> Qwen35Config:
+def _from_text(cj: Mapping[str, Any], origin: str, tied: bool | None, experts: bool) -> Qwen35Config:
+    """`experts`: Qwen3.5-MoE's reader (ssmport.models.qwen3_5_moe) reads the MoE keys itself."""
     r = ConfigReader(cj, origin, "Qwen3.5", TEXT_DEFAULTS)
     r.refuse({
         f"hidden_act={r.raw('hidden_act')!r}": r.raw("hidden_act") != "silu",
         "attn_output_gate=false (the attention without its output gate)": cj.get("attn_output_gate", True) is not True,
         f"mlp_only_layers={cj.get('mlp_only_layers')!r}": bool(cj.get("mlp_only_layers")),
         f"rope_scaling={cj.get('rope_scaling')!r}": cj.get("rope_scaling") is not None,
-        "routed experts (num_experts; a Qwen3.5-MoE config)": bool(cj.get("num_experts")),
+        "routed experts (num_experts; a Qwen3.5-MoE config)": bool(cj.get("num_experts")) and not experts,
     })  # fmt: skip
     layers = r.layers("num_hidden_layers")
     types = _layer_types(cj, r, layers)

@@ -51,11 +51,13 @@ class Qwen35Reference(Reference):
             p = layer(i)
             h = rms_norm_1p(x, w[p + "input_layernorm.weight"], c.rms_norm_eps)
             x = x + (self._attention(i, h, state) if kind == FULL else self._delta_rule(i, h, state))
-            h = rms_norm_1p(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps)
-            m = p + "mlp."
-            x = x + w[m + "down_proj.weight"] @ (F.silu(w[m + "gate_proj.weight"] @ h) * (w[m + "up_proj.weight"] @ h))
+            x = x + self._mlp(i, rms_norm_1p(x, w[p + "post_attention_layernorm.weight"], c.rms_norm_eps))
         state["position"] += 1
         return w[HEAD] @ rms_norm_1p(x, w[NORM], c.rms_norm_eps)
+
+    def _mlp(self, i: int, h: torch.Tensor) -> torch.Tensor:
+        w, m = self.w, layer(i) + "mlp."
+        return w[m + "down_proj.weight"] @ (F.silu(w[m + "gate_proj.weight"] @ h) * (w[m + "up_proj.weight"] @ h))
 
     def _delta_rule(self, i: int, h: torch.Tensor, state: dict) -> torch.Tensor:
         c, w, a = self.cfg, self.w, layer(i) + "linear_attn."

@@ -1,0 +1,204 @@
+"""The routed-expert (mixture-of-experts) MLP the MoE hybrids share, written once:
+
+    logits = h W_router                                  [E] per token, fp32
+    scores = softmax(logits) | sigmoid(logits)           the family's scoring
+    chosen = top-k of (scores + expert_bias)             the bias moves the choice only
+    w      = scores[chosen];  w /= sum(w) + eps (norm_topk);  w *= routed_scaling_factor
+    out    = sum_j w_j * down_j(silu(gate_j h) * up_j h)
+           + sigmoid(h W_shared_gate) * shared(h)        shared expert, where the family has one
+
+Each family's variant is a `MoeSpec` read from its config.json. The export form (`ExpertMixture`)
+reads only the chosen experts' weights: the stacked [E, in, out] weights are gathered by index
+(a gather `W[idx]`, no loop and no data-dependent control flow) and applied as one batched
+matmul. A prefill chunk gathers per token too: running every expert over the chunk with a dense
+[T, E] routing matrix (`_dense`) was slower on this runtime at every chunk size measured
+(docs/hybrids.md, "Routed experts"). `moe_naive` is
+the readable twin: a loop over the chosen experts of one token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ssmport.checkpoint import TensorSource
+from ssmport.models.layers import SwiGLU
+from ssmport.models.loading import Stored
+from ssmport.quant.plan import WeightBuilder
+from ssmport.quant.roles import Role
+
+SOFTMAX, SIGMOID = "softmax", "sigmoid"
+
+
+@dataclass(frozen=True)
+class MoeSpec:
+    experts: int  # E
+    top_k: int
+    width: int  # each routed expert's SwiGLU width (moe_intermediate_size)
+    scoring: str  # SOFTMAX | SIGMOID, over the router logits
+    norm_topk: bool  # divide the chosen weights by their sum (+ norm_eps)
+    norm_eps: float = 0.0  # LFM2-MoE adds 1e-6 to the sum; Qwen3.5-MoE divides by the bare sum
+    scale: float = 1.0  # routed_scaling_factor
+    expert_bias: bool = False  # a per-expert bias added to the scores for the choice only
+    shared_width: int = 0  # 0: no shared expert
+    shared_gate: bool = False  # the shared expert's output times sigmoid(h W_gate) [C -> 1]
+
+    def describe(self) -> str:
+        shared = f" + shared {self.shared_width}{' gated' if self.shared_gate else ''}" if self.shared_width else ""
+        return f"{self.top_k} of {self.experts} experts x {self.width} ({self.scoring}){shared}"
+
+
+@dataclass(frozen=True)
+class MoeNames:
+    """Canonical weight names of one MoE MLP: the router [E, C], the optional expert bias [E],
+    expert e's gate / up [F, C] and down [C, F] (`expert(e)` -> (gate, up, down)), and the shared
+    expert's gate / up / down and gate [1, C] where there is one."""
+
+    router: str
+    expert_pattern: tuple[str, str, str]  # gate, up, down with "{e}" for the expert's index
+    bias: str | None = None
+    shared: tuple[str, str, str] | None = None
+    shared_gate: str | None = None
+
+    def expert(self, e: int) -> tuple[str, str, str]:
+        return tuple(p.format(e=e) for p in self.expert_pattern)  # type: ignore[return-value]
+
+    def stack(self, which: int) -> str:
+        """The plan name of one stacked weight (0 gate, 1 up, 2 down) over every expert."""
+        return self.expert_pattern[which].format(e="*")
+
+
+def moe_shapes(spec: MoeSpec, names: MoeNames, hidden: int) -> dict[str, tuple[int, ...]]:
+    C, Fe = hidden, spec.width
+    shapes: dict[str, tuple[int, ...]] = {names.router: (spec.experts, C)}
+    if spec.expert_bias:
+        shapes[names.bias] = (spec.experts,)
+    for e in range(spec.experts):
+        gate, up, down = names.expert(e)
+        shapes |= {gate: (Fe, C), up: (Fe, C), down: (C, Fe)}
+    if spec.shared_width:
+        gate, up, down = names.shared
+        shapes |= {gate: (spec.shared_width, C), up: (spec.shared_width, C), down: (C, spec.shared_width)}
+    if spec.shared_gate:
+        shapes[names.shared_gate] = (1, C)
+    return shapes
+
+
+def fused_expert_layout(spec: MoeSpec, names: MoeNames, prefix: str, source: TensorSource) -> dict[str, tuple[str, Stored]]:
+    """Where a checkpoint in transformers' fused in-memory layout keeps each expert's tensors:
+    `{prefix}gate_up_proj` [E, 2F, C] (gate rows, then up rows) and `{prefix}down_proj`
+    [E, C, F]; {} when the checkpoint has no fused stack there (one tensor per expert)."""
+    fused, down = prefix + "gate_up_proj", prefix + "down_proj"
+    if fused not in source:
+        return {}
+    E, Fe = spec.experts, spec.width
+
+    def rows(e: int, half: int) -> Stored:  # expert e's gate (0) or up (1) rows [F, C]
+        return Stored(lambda s: ((E, 2 * s[0], s[1]),), lambda t: t[e, half * Fe : (half + 1) * Fe].float())
+
+    def expert(e: int) -> Stored:
+        return Stored(lambda s: ((E, *s),), lambda t: t[e].float())
+
+    layout = {}
+    for e in range(E):
+        gate, up, down_e = names.expert(e)
+        layout |= {gate: (fused, rows(e, 0)), up: (fused, rows(e, 1)), down_e: (down, expert(e))}
+    return layout
+
+
+def route(spec: MoeSpec, logits: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """(chosen experts [..., k] int, their weights [..., k] fp32) from router logits [..., E]."""
+    scores = torch.softmax(logits, dim=-1) if spec.scoring == SOFTMAX else torch.sigmoid(logits)
+    _, chosen = torch.topk(scores + bias if bias is not None else scores, spec.top_k, dim=-1)
+    weights = torch.gather(scores, -1, chosen)
+    if spec.norm_topk:
+        weights = weights / (weights.sum(-1, keepdim=True) + spec.norm_eps)
+    return chosen, weights * spec.scale if spec.scale != 1.0 else weights
+
+
+class ExpertMixture(nn.Module):
+    """The export form of `MoeSpec` on the normed input h [T, C] (returns [T, C])."""
+
+    def __init__(self, spec: MoeSpec, names: MoeNames, src: TensorSource, b: WeightBuilder):
+        super().__init__()
+        self.spec, E = spec, spec.experts
+        # The router and the shared-expert gate are fp32 operands under every recipe (`vector`):
+        # an fp16 or int8 logit flips near-tied choices, and they are a [C, E] sliver of the weights.
+        self.router = b.vector(names.router, src[names.router].float().t(), Role.ROUTER)  # [C, E]
+        if spec.expert_bias:
+            self.bias = b.vector(names.bias, src[names.bias], Role.ROUTER)
+        # gate | up of every expert as one stack [E, C, 2F], down as [E, F, C]
+        gate_up = torch.stack([torch.cat([src[g], src[u]]).t() for g, u, _ in map(names.expert, range(E))])
+        self.gate_up = b.experts(f"{{{names.stack(0)},{names.stack(1)}}}", gate_up, Role.FFN, spec.top_k)
+        del gate_up
+        down = torch.stack([src[names.expert(e)[2]].t() for e in range(E)])
+        self.down = b.experts(names.stack(2), down, Role.FFN, spec.top_k)
+        del down
+        if spec.shared_width:
+            self.shared = SwiGLU(*names.shared, src, b)
+        if spec.shared_gate:
+            self.shared_gate = b.vector(names.shared_gate, src[names.shared_gate].float().t(), Role.ROUTER)  # [C, 1]
+
+    def forward(self, h: torch.Tensor) -> torch.Tensor:
+        s, T = self.spec, h.shape[0]
+        chosen, weights = route(s, h @ self.router, self.bias if s.expert_bias else None)
+        out = self._gathered(h, chosen, weights)  # at every T: faster than `_dense` up to 64 rows
+        if s.shared_width:
+            shared = self.shared(h)
+            out = out + (shared * torch.sigmoid(h @ self.shared_gate) if s.shared_gate else shared)
+        return out
+
+    def _gathered(self, h: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Each token's k experts: their weights gathered by index, one batched matmul each."""
+        s, (T, C), k, Fe = self.spec, h.shape, self.spec.top_k, self.spec.width
+        idx = chosen.reshape(T * k)
+        dt = self.gate_up.dtype
+        x = h.to(dt).view(T, 1, 1, C)
+        g, u = (x @ self.gate_up.select(idx).view(T, k, C, 2 * Fe)).float().split([Fe, Fe], dim=-1)
+        y = (F.silu(g) * u).to(dt) @ self.down.select(idx).view(T, k, Fe, C)  # [T, k, 1, C]
+        return (y.float().view(T, k, C) * weights.view(T, k, 1)).sum(1)
+
+    def _dense(self, h: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """Every expert over the chunk, weighted by the dense routing matrix [T, E]: the form a
+        chunk could take whose tokens between them choose every expert. Not used: slower than
+        gathering on this runtime even at 64 rows x 4 of 32 experts (2.19 s vs 3.04 s per call,
+        benchmarks/moe_forms.py); kept for that measurement and as the gathered form's check."""
+        s, Fe, dt = self.spec, self.spec.width, self.gate_up.dtype
+        g, u = (h.to(dt).unsqueeze(0) @ self.gate_up.whole()).float().split([Fe, Fe], dim=-1)  # [E, T, F]
+        y = ((F.silu(g) * u).to(dt) @ self.down.whole()).float()  # [E, T, C]
+        experts = torch.arange(s.experts, dtype=chosen.dtype, device=chosen.device)
+        dense = ((chosen.unsqueeze(-1) == experts).to(weights.dtype) * weights.unsqueeze(-1)).sum(1)  # [T, E]
+        return (y * dense.t().unsqueeze(-1)).sum(0)
+
+
+def moe_naive(spec: MoeSpec, names: MoeNames, w, h: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    """One token through the MoE MLP, written for reading: (out [C], the chosen experts).
+    `w`: canonical name -> fp32 tensor ([out, in])."""
+    logits = w[names.router] @ h
+    scores = torch.softmax(logits, dim=-1) if spec.scoring == SOFTMAX else torch.sigmoid(logits)
+    choice = scores + w[names.bias] if spec.expert_bias else scores
+    chosen = sorted(range(spec.experts), key=lambda e: -float(choice[e]))[: spec.top_k]
+    weights = [float(scores[e]) for e in chosen]
+    total = sum(weights) + spec.norm_eps if spec.norm_topk else 1.0
+    out = torch.zeros_like(h)
+    for e, weight in zip(chosen, weights):
+        gate, up, down = (w[n] for n in names.expert(e))
+        out = out + (weight / total * spec.scale) * (down @ (F.silu(gate @ h) * (up @ h)))
+    if spec.shared_width:
+        gate, up, down = (w[n] for n in names.shared)
+        shared = down @ (F.silu(gate @ h) * (up @ h))
+        out = out + (torch.sigmoid(w[names.shared_gate] @ h) * shared if spec.shared_gate else shared)
+    return out, chosen
+
+
+class RoutedReference:
+    """A reference mixin: `routed` runs `moe_naive` over the reference's fp32 weights `self.w`
+    and keeps each choice in `self.chosen` ([(layer, [experts])], in call order)."""
+
+    def routed(self, i: int, spec: MoeSpec, names: MoeNames, h: torch.Tensor) -> torch.Tensor:
+        out, experts = moe_naive(spec, names, self.w, h)
+        self.__dict__.setdefault("chosen", []).append((i, experts))
+        return out
