@@ -16,6 +16,6 @@ readable torch, and tests/test_ops.py ties each pair together.
     ssd         Mamba-2's SSM: naive step, decode read, chunkwise (SSD) form
     delta_rule  the gated delta rule: naive step, decode read, chunkwise (WY) form
     attention   causal attention over a positional KV cache: decode and chunk
-    matmul      FloatMatmul / Int8Matmul (x @ W [in, out]); the only module that touches
+    matmul      FloatMatmul / BlockwiseMatmul (x @ W [in, out]); the only module that touches
                 coreai-torch's compression internals
 """
