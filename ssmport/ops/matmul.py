@@ -62,8 +62,7 @@ class FloatMatmul(nn.Module):
     one broadcast batch matmul; the result is laid back out as [..., out].
     """
 
-    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32,
-                 compute_dtype: torch.dtype | None = None):  # fmt: skip
+    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32):
         super().__init__()
         n_in, n_out = weight_in_out.shape
         self.blocks = out_blocks(n_out)
@@ -73,10 +72,9 @@ class FloatMatmul(nn.Module):
         self.weight = nn.Parameter(w.contiguous(), requires_grad=False)
         self.n_out = n_out
         self.out_dtype = out_dtype
-        self.compute_dtype = compute_dtype or self.weight.dtype  # another dtype: the weight is cast in-graph
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.weight.to(self.compute_dtype)
+        w = self.weight
         x = x.to(w.dtype)
         if self.blocks == 1:
             y = rows_matmul(x, w)

@@ -83,7 +83,7 @@ class WeightBuilder:
         # Matmuls whose input dim is not a multiple of the block stay in float.
         w = weight_in_out.to(self.recipe.float_dtype)
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
-        return self._keep(FloatMatmul(w, out_dtype, self.recipe.compute_dtype))
+        return self._keep(FloatMatmul(w, out_dtype))
 
     def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         """A lookup table (embedding), stored in the recipe's float dtype."""

@@ -46,7 +46,10 @@ class Recipe:
     bits: int = 8  # integer width of the quantized matmuls
     zero_point: bool = False  # affine blocks (a per-block zero point) instead of symmetric ones
     role_bits: tuple[tuple[str, int | None], ...] = ()  # per-role overrides of `bits` (None: float), e.g. (("head", 8),)
-    compute_dtype: torch.dtype | None = None  # what matmuls sum in; None: their weights' stored dtype (fp16 for integer blocks)
+    # What integer-block matmuls dequantize to and sum in (None: fp16, the scales' dtype).
+    # Float matmuls always compute in their weight's dtype: the converter folds a cast of an
+    # fp16 constant into an fp32 constant, doubling its bytes (docs/quantization.md).
+    compute_dtype: torch.dtype | None = None
     kept_bits: int | None = FLOAT  # width of the matmuls an architecture keeps float but declares int8-safe
 
     def weight_bits(self, keeps_float: bool, role: str = "", int8_safe: bool = False) -> int | None:
