@@ -32,7 +32,7 @@ from torch import nn
 
 from ssmport.exporter import export
 from ssmport.pretrained import BUNDLED
-from ssmport.ops.matmul import FloatMatmul, Int8Matmul
+from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
 from ssmport.tokenizers import load_tokenizer
@@ -56,8 +56,8 @@ class Fp32Accumulating(nn.Module):
 
 def stored_weight(layer: nn.Module) -> torch.Tensor | None:
     """The logical [in, out] weight a 16-bit matmul layer holds (None: an fp32 layer)."""
-    if isinstance(layer, Int8Matmul):
-        return layer.dequant()  # int8 * fp16 scale, as the asset dequantizes it
+    if isinstance(layer, BlockwiseMatmul):
+        return layer.dequant()  # integer blocks * fp16 scales, as the asset dequantizes them
     if isinstance(layer, FloatMatmul) and layer.weight.dtype == OPERAND_DTYPE:
         w = layer.weight
         return w.permute(1, 0, 2).reshape(w.shape[1], layer.n_out) if layer.blocks > 1 else w
@@ -98,6 +98,12 @@ def compare(got: np.ndarray, ref: np.ndarray) -> dict:
     }
 
 
+def write_json(path: str, results: dict) -> None:
+    with open(path, "w") as f:
+        json.dump(results, f, indent=1)
+        f.write("\n")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("model", help="rwkv7-pydoc (trained) or a preset, exported with --synthetic weights")
@@ -133,9 +139,7 @@ def main() -> None:
                   f"top-1 {r['top1_agree']}/{len(tokens)}  flips at margin > {CONFIDENT_MARGIN}: "
                   f"{r['confident_flips']}/{r['confident_steps']}", flush=True)  # fmt: skip
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-            f.write("\n")
+        write_json(args.json, results)
 
 
 if __name__ == "__main__":

@@ -181,7 +181,7 @@ def _build_bundle(
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
     recipe = get_recipe(quant)
-    builder = WeightBuilder(recipe, arch.keeps_float, on_store=stages.advance)
+    builder = WeightBuilder.for_architecture(recipe, arch, on_store=stages.advance)
 
     converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, apple_main)
     signature, specs = converted.decode, converted.specs

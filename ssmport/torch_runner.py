@@ -20,7 +20,7 @@ from ssmport.state import KV, check_room
 class TorchRunner:
     def __init__(self, model: LoadedModel, recipe: str = "fp32", state_dtype: torch.dtype = torch.float32):
         arch = model.architecture
-        self.builder = WeightBuilder(get_recipe(recipe), arch.keeps_float)
+        self.builder = WeightBuilder.for_architecture(get_recipe(recipe), arch)
         with torch.no_grad():
             self.module = arch.build_decode(model.config, model.weights, self.builder, state_dtype).eval()
         self.specs = arch.state_specs(model.config, state_dtype)

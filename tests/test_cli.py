@@ -53,7 +53,13 @@ def test_generate_ids_inspect_list(pth_fp32_bundle, capsys):
     code, out, _ = run_cli(capsys, "list")
     assert code == 0 and "rwkv7-1.5b" in out and "rwkv7-tiny" in out
     code, out, _ = run_cli(capsys, "list", "--recipes")
-    assert code == 0 and "int8keepproj" in out
+    from ssmport.quant import RECIPES
+
+    assert code == 0 and {"int8keepproj", "int4keepproj", "int4"} <= set(RECIPES)
+    lines = out.splitlines()
+    for name, recipe in RECIPES.items():  # each recipe, then its gate limits on the next line
+        row = next(i for i, line in enumerate(lines) if line.startswith(f"{name} "))
+        assert f"max |Δlogits| <= {recipe.gate.max_rel_logit_delta:g} x logit scale" in lines[row + 1]
 
 
 def test_gate_command(scratch_bundle, tmp_path, capsys):

@@ -11,6 +11,7 @@ import torch
 from rwkv7_files import Dims, blinkdl_state_dict, write_pth
 from ssmport.cli.main import main
 from ssmport.quant import BLOCK_SIZE, get_recipe
+from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.quant.int8 import dequantize_int8_blockwise, quantize_int8_blockwise
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
@@ -20,7 +21,7 @@ BULK = re.compile(r"blocks\.\d+\.ffn\.(key|value)\.weight|head\.weight")
 
 
 def plan_for(model, recipe: str) -> list[dict]:
-    builder = WeightBuilder(get_recipe(recipe), model.architecture.keeps_float)
+    builder = WeightBuilder.for_architecture(get_recipe(recipe), model.architecture)
     model.architecture.build_decode(model.config, model.weights, builder, torch.float32)
     return builder.plan_json()
 
@@ -37,6 +38,49 @@ def test_int8_blockwise_against_numpy():
     assert (err <= scale.float().numpy()[:, None, :] / 2 + 1e-6).all()
     assert q.abs().max() == 127
     assert (dequantize_int8_blockwise(q, scale)[32:64, 3] == 0).all()
+
+
+@pytest.mark.parametrize("affine", [False, True])
+def test_int4_blockwise_against_numpy(affine):
+    w = torch.randn(96, 40, generator=torch.Generator().manual_seed(1))
+    w[32:64, 3] = 0.0  # an all-zero block
+    w[64:, 5] = w[64:, 5].abs() + 1.0  # a block of one sign: affine spends every level on it
+    b = quantize_blockwise(w, bits=4, affine=affine)
+    blocks = w.numpy().reshape(3, 32, 40)
+    if affine:
+        lo, hi = np.minimum(blocks.min(axis=1), 0), np.maximum(blocks.max(axis=1), 0)
+        expect_scale = ((hi - lo) / 15).astype(np.float16)
+        assert b.q.dtype == torch.uint8 and 0 <= int(b.q.min()) and int(b.q.max()) == 15
+        assert b.zero_point.dtype == torch.uint8 and int(b.zero_point.max()) <= 15 and b.storage_dtype == "uint4"
+        bound = b.scale.float().numpy()[:, None, :]  # a block's two ends may round one level apart
+    else:
+        expect_scale = (np.abs(blocks).max(axis=1) / 7).astype(np.float16)
+        assert b.q.dtype == torch.int8 and int(b.q.abs().max()) == 7 and b.zero_point is None
+        assert b.storage_dtype == "int4"
+        bound = b.scale.float().numpy()[:, None, :] / 2 + 1e-6
+    nonzero = expect_scale > 0
+    np.testing.assert_array_equal(b.scale.numpy()[nonzero], expect_scale[nonzero])
+    err = np.abs(dequantize_blockwise(b).numpy() - w.numpy()).reshape(3, 32, 40)
+    assert (err <= bound + 1e-6).all()
+    assert (dequantize_blockwise(b)[32:64, 3] == 0).all()
+    # 4-bit data packs two to a byte; scales are fp16 and zero points 4-bit, one per block
+    assert b.nbytes == 96 * 40 // 2 + 3 * 40 * 2 + (3 * 40 // 2 if affine else 0)
+
+
+def test_int4keepproj_plan(blinkdl_pth):
+    """FFN int4; head and (RWKV-7's measured int8-safe) r/k/v/o and LoRAs int8; the rest as int8keepproj."""
+    model = load_checkpoint(blinkdl_pth)
+    plan = {e["name"]: e for e in plan_for(model, "int4keepproj")}
+    kept = {e["name"]: e for e in plan_for(model, "int8keepproj")}
+    assert plan.keys() == kept.keys()
+    for name, e in plan.items():
+        if e["role"] == "ffn":
+            assert (e["dtype"], e["block"]) == ("int4", BLOCK_SIZE), e
+        elif e["role"] in ("head", "state_proj", "lora") and kept[name]["shape"][0] % BLOCK_SIZE == 0:
+            assert (e["dtype"], e["block"]) == ("int8", BLOCK_SIZE), e
+        else:
+            assert e == kept[name]
+    assert {e["dtype"] for e in plan_for(model, "int4") if e["role"] in ("ffn", "head", "state_proj")} == {"int4"}
 
 
 def test_predicate_keeps_exactly_the_documented_tensors(blinkdl_pth):
@@ -80,7 +124,7 @@ def sized_checkpoint(tmp_path_factory):
     return write_pth(tmp_path_factory.mktemp("sized") / "sized.pth", blinkdl_state_dict(d, seed=21))
 
 
-@pytest.mark.parametrize("recipe", ["fp16", "int8keepproj", "int8"])
+@pytest.mark.parametrize("recipe", ["fp16", "int8keepproj", "int8", "int4keepproj", "int4"])
 def test_asset_really_stores_the_plan(sized_checkpoint, tmp_path, export_fn, recipe):
     from coreai.authoring import AIModelAsset
 
@@ -89,28 +133,35 @@ def test_asset_really_stores_the_plan(sized_checkpoint, tmp_path, export_fn, rec
     plan = m.plan_tensors
     summary = AIModelAsset.load(result.path / "model.aimodel").summary(include_statistics=True)
     stored = dict(summary.storage_types)  # element counts by storage dtype
-    int8_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "int8")
-    scale_elements = sum(int(np.prod(e["shape"])) // BLOCK_SIZE for e in plan if e["dtype"] == "int8")
-    fp16_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "float16")
-    fp32_elements = sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == "float32")
+
+    def elements(dtype: str) -> int:
+        return sum(int(np.prod(e["shape"])) for e in plan if e["dtype"] == dtype)
+
+    integer = [e for e in plan if e["block"]]
+    scale_elements = sum(int(np.prod(e["shape"])) // BLOCK_SIZE for e in integer)
     # The converter adds one splat zero-point (int8) and one splat offset (fp16) per distinct
     # scale shape: splats cost no bytes (see the on-disk check) but count as elements here.
-    assert int8_elements <= int(stored.get("Int8", 0)) <= int8_elements + scale_elements
-    fp16_extra = int(stored["Float16"]) - fp16_elements - scale_elements
+    # Affine 4-bit blocks store their zero points as uint4, one per scale.
+    for dtype, asset_name in (("int8", "Int8"), ("int4", "Int4"), ("uint4", "UInt4")):
+        zero_points = sum(int(np.prod(e["shape"])) // BLOCK_SIZE for e in integer if e["dtype"] == dtype == "uint4")
+        assert elements(dtype) + zero_points <= int(stored.get(asset_name, 0)) <= elements(dtype) + zero_points + (
+            scale_elements if elements(dtype) else 0), dtype
+    assert {e["dtype"] for e in integer} <= {"int8", "int4", "uint4"}
+    fp16_extra = int(stored["Float16"]) - elements("float16") - scale_elements
     assert 0 <= fp16_extra <= scale_elements + 64
     # float32 beyond the plan: the prefill chunk's masks ([T, T] and [H, T, T] constants the WY
     # form builds), bounded by the chunk, never by the weights
     T, heads = m.prefill.chunk, m.config["hidden_size"] // m.config["head_size"]
-    assert 0 <= int(stored["Float32"]) - fp32_elements < 8 * T * T * (1 + heads)
-    # the asset is the plan, its container overhead and those masks
+    assert 0 <= int(stored["Float32"]) - elements("float32") < 8 * T * T * (1 + heads)
+    # the asset is the plan (4-bit data two to a byte), its container overhead and those masks
     masks = 8 * T * T * (1 + heads) * 4
     assert 0 <= m.asset.bytes - m.plan["summary"]["total"] < 0.02 * m.plan["summary"]["total"] + masks
-    # one dequantize op per int8 tensor in each function (main, prefill); the data is stored
-    # once (the Int8 element count above)
+    # one dequantize op per integer tensor in each function (main, prefill); the data is stored
+    # once (the element counts above)
     ops = dict(summary.operation_distribution)
     functions = 1 + (m.prefill is not None)
     assert functions == 2
-    assert int(ops.get("blockwise_shift_scale", 0)) == functions * sum(e["dtype"] == "int8" for e in plan)
+    assert int(ops.get("blockwise_shift_scale", 0)) == functions * len(integer)
 
 
 def test_int8keepproj_shrinks_the_asset(sized_checkpoint, tmp_path, export_fn):

@@ -6,10 +6,11 @@ about what fp16 or int8 do to a real model. Here the reference is BlinkDL's `rwk
 Core AI runtime:
 
 - fp32: every logit within the fp32 recipe's gate bound (1e-4 of the logit scale);
-- fp16, int8keepproj: the same top-1 at every step where the reference's top-2 margin
-  exceeds 0.5, and max |Δlogits| within the recipe's gate bound. The second check is what
-  catches a uniformly wrong scale (e.g. an int8 head dequantized with the wrong scale),
-  which rescales every logit and keeps every top-1.
+- fp16, int8keepproj, int4keepproj: the same top-1 at every step where the reference's
+  top-2 margin exceeds 0.5, and max |Δlogits| within the recipe's gate bound. The second
+  check is what catches a uniformly wrong scale (e.g. an int8 head dequantized with the
+  wrong scale), which rescales every logit and keeps every top-1;
+- int4keepproj: its asset at most 0.75x int8keepproj's, and it passes its own gate.
 """
 
 from __future__ import annotations
@@ -76,7 +77,7 @@ def test_fp32_bundle_matches_rwkv_package(trained_bundles, reference_logits):
     assert np.abs(got - ref).max() <= RECIPES["fp32"].gate.max_rel_logit_delta * scale
 
 
-@pytest.mark.parametrize("quant", ["fp16", "int8keepproj"])
+@pytest.mark.parametrize("quant", ["fp16", "int8keepproj", "int4keepproj"])
 def test_quantized_bundle_keeps_confident_top1(trained_bundles, reference_logits, quant):
     ids = held_out_ids()[:STEPS]
     got = bundle_logits(trained_bundles(quant), ids)
@@ -88,6 +89,29 @@ def test_quantized_bundle_keeps_confident_top1(trained_bundles, reference_logits
     assert not flipped, f"{quant}: top-1 changed at confident steps {[int(t) for t in flipped]}"
     scale = max(1.0, float(np.abs(ref).max()))
     assert np.abs(got - ref).max() <= RECIPES[quant].gate.max_rel_logit_delta * scale
+
+
+def test_int4keepproj_fits_where_int8keepproj_does_not_and_gates(trained_bundles, capsys):
+    from ssmport.bundle import Bundle
+    from ssmport.cli.main import main
+
+    int4, int8 = (Bundle.open(trained_bundles(q)).manifest for q in ("int4keepproj", "int8keepproj"))
+    assert int4.asset.bytes <= 0.75 * int8.asset.bytes
+    assert main(["gate", str(trained_bundles("int4keepproj")), "--prompts", "1", "--steps", "8"]) == 0
+    assert "PASS" in capsys.readouterr().out
+
+
+def test_int4keepproj_in_apples_layout_gates_and_an_engine_drives_it(bundles, export_fn, capsys):
+    """4-bit storage is inside the asset, which Apple's loader hands to Core AI: the engine rules
+    read the metadata and the functions' signatures, which int4 does not change."""
+    from ssmport.cli.main import main
+
+    result = export_fn("rwkv7-pydoc", bundles / "apple", quant="int4keepproj", layout="apple", gate_steps=4,
+                       prefill_chunk=8)  # fmt: skip
+    assert result.manifest.gate.passed  # its gate ran the bundle on the Core AI runtime
+    assert "int4" in result.manifest.plan["summary"]["by_dtype"]
+    assert main(["check-engine", str(result.path)]) == 0
+    assert "coreai-sequential @prefill-graph  drives" in capsys.readouterr().out
 
 
 def test_export_prints_validation_loss(tmp_path, capsys):

@@ -268,3 +268,8 @@ class Architecture(ABC):
         `int8keepproj` (the projections feeding the recurrence, LoRAs, ...).
 
         `name` is the name given to `builder.matmul` (a canonical weight name)."""
+
+    def int8_safe(self, name: str) -> bool:
+        """Of the weights `keeps_float` keeps: those measured harmless at int8 next to a 4-bit
+        bulk, which `int4keepproj` stores as int8 instead of 16-bit. Default: none."""
+        return False

@@ -21,6 +21,7 @@ class PackagedArchitecture(Architecture):
     reference_class: type | None = None
     role: Callable[[str], str] | None = None
     keep_float_roles: frozenset[str] = field(default_factory=frozenset)
+    int8_safe_roles: frozenset[str] = field(default_factory=frozenset)
 
     def config_from_json(self, data: Mapping[str, Any]):
         return self.config_class(**data)
@@ -37,6 +38,9 @@ class PackagedArchitecture(Architecture):
     def keeps_float(self, name: str) -> bool:
         return self.role(name) in self.keep_float_roles
 
+    def int8_safe(self, name: str) -> bool:
+        return self.role(name) in self.int8_safe_roles
+
 
 class Reference:
     """What every package's reference starts from: its config, and each canonical weight read
@@ -52,7 +56,8 @@ class Reference:
 def package_parts(config_class: type, reference_class: type, checkpoints, synthetic, block, quant) -> dict[str, Any]:
     """The keyword arguments of a `PackagedArchitecture` from its package's modules, which
     follow one naming: checkpoints.canonical_shapes, synthetic.synthetic_init, block.build,
-    quant.role and quant.KEEP_FLOAT_ROLES."""
+    quant.role, quant.KEEP_FLOAT_ROLES and (optional) quant.INT8_SAFE_ROLES."""
     return {"config_class": config_class, "reference_class": reference_class,
             "canonical_shapes": checkpoints.canonical_shapes, "synthetic_init": synthetic.synthetic_init,
-            "build": block.build, "role": quant.role, "keep_float_roles": quant.KEEP_FLOAT_ROLES}  # fmt: skip
+            "build": block.build, "role": quant.role, "keep_float_roles": quant.KEEP_FLOAT_ROLES,
+            "int8_safe_roles": getattr(quant, "INT8_SAFE_ROLES", frozenset())}  # fmt: skip

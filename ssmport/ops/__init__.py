@@ -17,6 +17,6 @@ readable torch, and tests/test_ops.py ties each pair together.
     selective_scan  Mamba-1's per-channel scan: naive step, decode read, blocked pairwise chunk form
     delta_rule  the gated delta rule: naive step, decode read, chunkwise (WY) form
     attention   causal attention over a positional KV cache: decode and chunk
-    matmul      FloatMatmul / Int8Matmul (x @ W [in, out]); the only module that touches
+    matmul      FloatMatmul / BlockwiseMatmul (x @ W [in, out]); the only module that touches
                 coreai-torch's compression internals
 """

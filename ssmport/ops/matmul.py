@@ -88,21 +88,37 @@ class FloatMatmul(nn.Module):
         return y.to(self.out_dtype)
 
 
-class Int8Matmul(nn.Module):
-    """y = x @ dequant(Q, S): int8 Q [in, out] and fp16 scales S [in/32, out] in the asset.
+class BlockwiseMatmul(nn.Module):
+    """y = x @ dequant(Q, S[, Z]): 8- or 4-bit Q [in, out], fp16 scales S [in/32, out] and, when
+    affine, zero points Z [in/32, out] in the asset.
 
-    `coreai::constexpr_blockwise_shift_scale` keeps the int8 data and scales as constants
-    and dequantizes in-graph (on device the backend fuses it into the matmul).
+    `coreai::constexpr_blockwise_shift_scale` keeps the data, scales and zero points as
+    constants and dequantizes in-graph (on device the backend fuses it into the matmul). At 4
+    bits `input_dtype` tells the converter to pack the int8/uint8 values two to a byte (`si4` /
+    `ui4` in the program). The dequantized weight is fp16 (the scales' dtype); with an fp32
+    `compute_dtype` it is cast up and the matmul runs in fp32 on fp32 activations.
     """
 
-    def __init__(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, zero_point: torch.Tensor | None = None, bits: int = 8,
+                 out_dtype: torch.dtype = torch.float32, compute_dtype: torch.dtype | None = None):  # fmt: skip
         super().__init__()
-        self.dequant = WeightDequantizeModule(q, scale)
+        sub_byte = {(4, torch.int8): torch.int4, (4, torch.uint8): torch.uint4}.get((bits, q.dtype))
+        if bits != 8 and sub_byte is None:
+            raise ValueError(f"{bits}-bit {q.dtype} weights are not supported")
+        self.dequant = WeightDequantizeModule(q, scale, zero_point=zero_point, input_dtype=sub_byte)
         self.out_dtype = out_dtype
+        self.compute_dtype = compute_dtype or scale.dtype
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        w = self.dequant()
+        w = self.dequant().to(self.compute_dtype)
         return rows_matmul(x.to(w.dtype), w).to(self.out_dtype)
+
+
+class Int8Matmul(BlockwiseMatmul):
+    """y = x @ dequant(Q, S): int8 Q [in, out] and fp16 scales S [in/32, out] (fp16 compute)."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+        super().__init__(q, scale, out_dtype=out_dtype)
 
 
 class FloatExperts(nn.Module):

@@ -17,9 +17,9 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import storage_key
-from ssmport.ops.matmul import FloatExperts, FloatMatmul, Int8Experts, Int8Matmul
-from ssmport.quant.int8 import quantize_int8_blockwise
-from ssmport.quant.recipes import BLOCK_SIZE, Recipe
+from ssmport.ops.matmul import BlockwiseMatmul, FloatExperts, FloatMatmul, Int8Experts
+from ssmport.quant.blockwise import Blockwise, quantize_blockwise
+from ssmport.quant.recipes import BLOCK_SIZE, FLOAT, Recipe
 from ssmport.state import dtype_name
 
 
@@ -28,9 +28,9 @@ class PlanEntry:
     name: str  # canonical checkpoint name the tensor came from
     role: str  # architecture-defined category ("ffn", "head", "state_proj", "lora", ...)
     shape: tuple[int, ...]  # stored shape ([in, out] for matmuls)
-    dtype: str  # "float32" | "float16" | "int8"
-    block: int | None  # int8 block length along `in`, else None
-    bytes: int  # data bytes, plus scale bytes for int8
+    dtype: str  # "float32" | "float16" | "int8" | "int4" | "uint4" (affine: with zero points)
+    block: int | None  # integer block length along `in`, else None
+    bytes: int  # data bytes (4-bit: two to a byte), plus scale and zero-point bytes
     rows_read: int | None = None  # a stack read by index (experts): leading rows one token reads
 
     def to_json(self) -> dict:
@@ -55,12 +55,19 @@ class WeightBuilder:
         recipe: Recipe,
         keeps_float: Callable[[str], bool],
         on_store: Callable[[int], None] | None = None,  # called with each tensor's element count
+        int8_safe: Callable[[str], bool] | None = None,  # the architecture's `int8_safe` (default: none)
     ):
         self.recipe = recipe
         self.keeps_float = keeps_float
+        self.int8_safe = int8_safe or (lambda name: False)
         self.on_store = on_store
         self.entries: list[PlanEntry] = []
         self._stored: set[int] = set()  # the storages of every tensor stored (storage_key)
+
+    @classmethod
+    def for_architecture(cls, recipe: Recipe, arch, on_store: Callable[[int], None] | None = None) -> WeightBuilder:
+        """A builder that applies both of `arch`'s quantization predicates."""
+        return cls(recipe, arch.keeps_float, on_store, getattr(arch, "int8_safe", None))
 
     def matmul(
         self,
@@ -71,11 +78,11 @@ class WeightBuilder:
     ) -> nn.Module:
         """A module computing `x @ W` for W [in, out], stored as the recipe says."""
         n_in, n_out = weight_in_out.shape
-        wants_int8 = self.recipe.stores_int8(self.keeps_float(name))
-        if wants_int8 and n_in % BLOCK_SIZE == 0:
-            q, scale = _quantize_in_column_chunks(weight_in_out)
-            self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel())
-            return self._keep(Int8Matmul(q, scale, out_dtype))
+        bits = self.recipe.weight_bits(self.keeps_float(name), role, self.int8_safe(name))
+        if bits is not FLOAT and n_in % BLOCK_SIZE == 0:
+            b = _quantize_in_column_chunks(weight_in_out, bits, self.recipe.zero_point)
+            self._record(name, role, b.q.shape, b.storage_dtype, BLOCK_SIZE, b.nbytes)
+            return self._keep(BlockwiseMatmul(b.q, b.scale, b.zero_point, b.bits, out_dtype, self.recipe.compute_dtype))
         # Matmuls whose input dim is not a multiple of the block stay in float.
         w = weight_in_out.to(self.recipe.float_dtype)
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
@@ -86,9 +93,12 @@ class WeightBuilder:
         Int8Experts), stored as `matmul` would store each expert; `rows_read`: the experts one
         token reads (top-k), what the roofline counts."""
         E, n_in, n_out = stack_in_out.shape
-        if self.recipe.stores_int8(self.keeps_float(name)) and n_in % BLOCK_SIZE == 0:
-            pairs = [_quantize_in_column_chunks(w) for w in stack_in_out]
-            q, scale = torch.stack([p[0] for p in pairs]), torch.stack([p[1] for p in pairs])
+        bits = self.recipe.weight_bits(self.keeps_float(name), role, self.int8_safe(name))
+        if bits is not FLOAT and n_in % BLOCK_SIZE == 0:
+            # int8 whatever the recipe's width: a gathered 4-bit stack is not built yet, so the
+            # 4-bit recipes store experts at 8 bits (recorded so in the plan)
+            blocks = [_quantize_in_column_chunks(w, 8, False) for w in stack_in_out]
+            q, scale = torch.stack([b.q for b in blocks]), torch.stack([b.scale for b in blocks])
             self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel(), rows_read)
             return self._keep(Int8Experts(q, scale))
         w = stack_in_out.to(self.recipe.float_dtype)
@@ -124,7 +134,8 @@ class WeightBuilder:
         return storage_key(tensor) in self._stored
 
     def _record(self, name, role, shape, dtype, block, nbytes, rows_read=None) -> None:
-        self.entries.append(PlanEntry(name, role, tuple(shape), dtype_name(dtype), block, int(nbytes), rows_read))
+        dtype = dtype if isinstance(dtype, str) else dtype_name(dtype)
+        self.entries.append(PlanEntry(name, role, tuple(shape), dtype, block, int(nbytes), rows_read))
         if self.on_store:
             self.on_store(math.prod(shape))
 
@@ -138,16 +149,20 @@ class WeightBuilder:
 QUANT_CHUNK_COLUMNS = 4096
 
 
-def _quantize_in_column_chunks(weight_in_out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _quantize_in_column_chunks(weight_in_out: torch.Tensor, bits: int, affine: bool) -> Blockwise:
     n_in, n_out = weight_in_out.shape
     if n_out <= QUANT_CHUNK_COLUMNS:
-        return quantize_int8_blockwise(weight_in_out)
-    q = torch.empty(n_in, n_out, dtype=torch.int8)
+        return quantize_blockwise(weight_in_out, bits, affine)
+    q = torch.empty(n_in, n_out, dtype=torch.uint8 if affine else torch.int8)
     scale = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
+    zero = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.uint8) if affine else None
     for start in range(0, n_out, QUANT_CHUNK_COLUMNS):
         cols = slice(start, start + QUANT_CHUNK_COLUMNS)
-        q[:, cols], scale[:, cols] = quantize_int8_blockwise(weight_in_out[:, cols])
-    return q, scale
+        chunk = quantize_blockwise(weight_in_out[:, cols], bits, affine)
+        q[:, cols], scale[:, cols] = chunk.q, chunk.scale
+        if affine:
+            zero[:, cols] = chunk.zero_point
+    return Blockwise(q, scale, zero, bits)
 
 
 def summarize_plan(entries: list[dict]) -> dict[str, dict[str, int]]:

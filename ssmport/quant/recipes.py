@@ -13,7 +13,8 @@ import torch
 
 from ssmport.errors import SsmportError
 
-BLOCK_SIZE = 32  # int8 block length along a matmul's input dimension
+BLOCK_SIZE = 32  # integer block length along a matmul's input dimension
+FLOAT = None  # `Recipe.weight_bits` of a matmul that stays in the recipe's float dtype
 
 
 @dataclass(frozen=True)
@@ -40,15 +41,27 @@ class Recipe:
     name: str
     description: str
     float_dtype: torch.dtype  # storage and matmul dtype of float matmul weights and tables
-    int8: str  # "none" | "bulk" (matmuls the architecture does not keep float) | "all"
+    quantized: str  # which matmuls are integer: "none" | "bulk" (those the architecture does not keep float) | "all"
     gate: GateThresholds
+    bits: int = 8  # integer width of the quantized matmuls
+    zero_point: bool = False  # affine blocks (a per-block zero point) instead of symmetric ones
+    role_bits: tuple[tuple[str, int | None], ...] = ()  # per-role overrides of `bits` (None: float), e.g. (("head", 8),)
+    # What integer-block matmuls dequantize to and sum in (None: fp16, the scales' dtype).
+    # Float matmuls always compute in their weight's dtype: the converter folds a cast of an
+    # fp16 constant into an fp32 constant, doubling its bytes (docs/quantization.md).
+    compute_dtype: torch.dtype | None = None
+    kept_bits: int | None = FLOAT  # width of the matmuls an architecture keeps float but declares int8-safe
 
-    def stores_int8(self, keeps_float: bool) -> bool:
-        """Whether a matmul weight is int8 under this recipe, given the architecture's
-        verdict on it (`keeps_float`: it feeds the recurrence, or is otherwise sensitive)."""
-        if self.int8 == "none":
-            return False
-        return self.int8 == "all" or not keeps_float
+    def weight_bits(self, keeps_float: bool, role: str = "", int8_safe: bool = False) -> int | None:
+        """The integer width of a matmul weight under this recipe (FLOAT: it stays float), given
+        the architecture's verdicts on it (`keeps_float`: it feeds the recurrence, or is
+        otherwise sensitive; `int8_safe`: measured harmless at int8 next to a 4-bit bulk) and
+        its role."""
+        if self.quantized == "none":
+            return FLOAT
+        if self.quantized == "bulk" and keeps_float:
+            return self.kept_bits if int8_safe else FLOAT
+        return dict(self.role_bits).get(role, self.bits)
 
     @property
     def logits_dtype(self) -> torch.dtype:
@@ -65,6 +78,15 @@ class Recipe:
 #   reference margin was <= 1.1e-2 of scale.
 # - int8: the comparison recipe. int8 on the projections into the recurrence produced
 #   outliers up to 0.23 of scale and a flip at a 4.2e-2 margin; it may miss 3% of steps.
+# - int4keepproj, int4: measured by each tiny preset's default gate (8 steps, synthetic
+#   weights, Core AI runtime; benchmarks/int4_gates.py) and on the trained rwkv7-pydoc
+#   (241 held-out bytes: 0.061 and 0.093 of scale, no flip where the margin > 0.5;
+#   benchmarks/accumulation.py). int4keepproj reached 0.0068 (mamba2) .. 0.200 (nemotron-h)
+#   with every top-1 agreeing or a near-tie; its limit is 1.5x that largest, the margin
+#   int8keepproj's limit has over its own measurement (0.15 vs 0.092). qwen3.5-tiny reached
+#   0.50 with a missed top-1 and fails. int4 reached 0.118 .. 0.403 (lfm2) outside qwen3.5
+#   (0.96): limit 1.5 x 0.403; it misses top-1s on 5 of 7 presets and fails there. Both take
+#   the int8 comparison recipe's near-tie and top-1 rules (errors of the same order).
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -93,12 +115,34 @@ RECIPES: dict[str, Recipe] = {
             GateThresholds(max_rel_logit_delta=0.15, tie_rel_margin=0.02),
         ),
         Recipe(
+            "int4keepproj",
+            "int4 weights (symmetric, one fp16 scale per 32 inputs) on the weight bulk (FFN); "
+            "int8 on the LM head and on the output projections into the residual; what feeds the "
+            "recurrence and the conv stays 16-bit, or int8 where the architecture measured it safe "
+            "(RWKV-7: r/k/v/o, LoRAs); embeddings fp16, norms and per-channel vectors fp32.",
+            torch.float16,
+            "bulk",
+            GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
+            bits=4,
+            role_bits=(("head", 8), ("out_proj", 8)),  # head: measured (benchmarks/int4_choices.py)
+            kept_bits=8,
+        ),
+        Recipe(
             "int8",
             "The same int8 on every matmul, state projections and LoRAs included (for "
             "comparison; int8 on the recurrence inputs flips borderline tokens).",
             torch.float16,
             "all",
             GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
+        ),
+        Recipe(
+            "int4",
+            "The same symmetric int4 blocks on every matmul, LM head and state projections "
+            "included (for comparison).",
+            torch.float16,
+            "all",
+            GateThresholds(max_rel_logit_delta=0.6, tie_rel_margin=0.05, min_top1=0.97),
+            bits=4,
         ),
     )
 }
