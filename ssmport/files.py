@@ -4,7 +4,8 @@
   renamed over it, so no reader sees half a file; a character device or a FIFO (`/dev/null`,
   `/dev/stdout`, a named pipe) is written as a stream: renaming over it would replace the
   device node itself (as root, `--out /dev/null` would have broken the machine's
-  `/dev/null`). Directories, sockets and block devices are refused.
+  `/dev/null`). Directories, sockets and block devices are refused A symlink
+  the user typed is followed; with `follow_links=False` (a bundle's own files) it is refused.
 - `check_output`: the same rules checked before a long job, so a chat or a gate does not run
   for minutes and then fail to save.
 - `rename_noreplace`: rename that fails if the target exists, atomically (renameat2
@@ -187,10 +188,14 @@ def stale_dirs(parent: Path, pattern: str) -> list[Path]:
 
 
 # --- outputs ----------------------------------------------------------------------------
-def _target_kind(path: Path, what: str, streams: bool = True) -> tuple[Path, str]:
+def _target_kind(path: Path, what: str, streams: bool = True, follow_links: bool = True) -> tuple[Path, str]:
     """(the path to write, "stream" | "file"), symlinks followed; refused when it is
-    something ssmport must not write over (a device or FIFO too, without `streams`)."""
+    something ssmport must not write over (a device or FIFO too, without `streams`; a link,
+    without `follow_links`: a file inside a bundle that may come from elsewhere)."""
     label = f"{what} {path}" if what else str(path)
+    if not follow_links and os.path.islink(path):
+        raise SsmportError(f"{label} is a symbolic link; ssmport writes a bundle's own files only as regular files, "
+                           "never through a link (remove the link)")  # fmt: skip
     real = Path(os.path.realpath(path))  # through symlinks: a link is never replaced
     try:
         st = os.stat(real)
@@ -208,12 +213,12 @@ def _target_kind(path: Path, what: str, streams: bool = True) -> tuple[Path, str
     raise SsmportError(f"{label} is not {kinds}; refusing to write there")
 
 
-def check_output(path: str | Path, what: str = "", *, streams: bool = True) -> None:
+def check_output(path: str | Path, what: str = "", *, streams: bool = True, follow_links: bool = True) -> None:
     """Refuse, before any work, an output path that `write_output` would fail on: a directory,
     a missing parent, a place that cannot be written (read-only, /proc, no permission)."""
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
-    real, kind = _target_kind(path, what, streams)
+    real, kind = _target_kind(path, what, streams, follow_links)
     if kind == "stream":
         return  # opening a FIFO to test it would block until a reader comes
     parent = real.parent
@@ -234,6 +239,7 @@ def write_output(
     verify: Callable[[Path], None] | None = None,
     what: str = "",
     streams: bool = True,
+    follow_links: bool = True,
 ) -> None:
     """Write a whole output with `write(f)`; `verify(tmp)` may check the written file first.
 
@@ -243,7 +249,7 @@ def write_output(
     """
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
-    real, kind = _target_kind(path, what, streams)
+    real, kind = _target_kind(path, what, streams, follow_links)
     directory = real.parent if kind == "file" else Path(tempfile.gettempdir())
     tmp = directory / f".{real.name[:64]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:

@@ -545,6 +545,36 @@ case("overwrite-bundle-with-user-files", "export", "--overwrite onto a bundle th
      lambda e: ["export", e.pth, "-o", e.tmp, "--name", "b", "--overwrite", "-q"] if e.bundle() and e.write("b/my-notes.txt", "x") else [],
      "holds files an export did not write (my-notes.txt)")  # fmt: skip
 
+case("overwrite-bundle-with-user-files-inside", "export", "--overwrite onto a bundle with the user's file in tokenizer/ (or model.aimodel/)",
+     lambda e: ["export", e.pth, "-o", e.tmp, "--name", "b", "--overwrite", "-q"] if e.bundle() and e.write("b/tokenizer/my-notes.txt", "x") else [],
+     "holds files an export did not write (tokenizer/my-notes.txt)")  # fmt: skip
+
+
+def _planted_link(e: Env, entry: str) -> Path:
+    """A copy of `tok` whose `entry` is a link to a file of the user's outside it (see
+    tests/test_hostile_bundles.py for every entry, link kind and command)."""
+    b = e.bundle()
+    target = e.write("home/.bashrc", "the user's file")
+    (b / entry).unlink(missing_ok=True)
+    (b / entry).symlink_to(target)
+    return b
+
+
+case("hostile-gate-link", "gate", "a bundle whose gate.json is a link to a file outside it", lambda e: ["gate", _planted_link(e, "gate.json")],
+     "gate.json is a symbolic link inside the bundle")  # fmt: skip
+
+
+def _planted_fifo(e: Env, entry: str) -> Path:
+    b = e.bundle()
+    (b / entry).unlink()
+    os.mkfifo(b / entry)
+    return b
+
+
+case("hostile-vocab-fifo", "generate", "a bundle whose tokenizer/vocab.tsv is a named pipe",
+     lambda e: ["generate", _planted_fifo(e, "tokenizer/vocab.tsv"), "--prompt", "hi"],
+     "vocab.tsv is a named pipe inside the bundle")  # fmt: skip
+
 
 def _checkpoint_inside_target(e: Env) -> list:
     b = e.bundle(name="target")
@@ -621,7 +651,7 @@ case("gate-read-only-bundle", "gate", "a bundle that cannot be written (checked 
      lambda e: ["gate", e.immutable(e.bundle())], "the gate transcript")  # fmt: skip
 case("gate-transcript-fifo", "gate", "a bundle whose gate.json is a named pipe (it would block)",
      lambda e: ["gate", (lambda b: (b / "gate.json").unlink() or os.mkfifo(b / "gate.json") or b)(e.bundle())],
-     "is not a regular file")  # fmt: skip
+     "gate.json is a named pipe inside the bundle")  # fmt: skip
 case("gate-transcript-dir", "gate", "a bundle whose gate.json is a directory",
      lambda e: ["gate", (lambda b: (b / "gate.json").unlink() or (b / "gate.json").mkdir() or b)(e.bundle())], "is a directory")  # fmt: skip
 
