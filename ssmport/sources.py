@@ -13,6 +13,7 @@ from ssmport.architectures import Architecture, LoadedModel, architectures, get_
 from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.pretrained import bundled_checkpoint
+from ssmport.strict_json import loads_finite
 
 DEFAULT_SEED = 0
 PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS"
@@ -185,7 +186,7 @@ def _read_config(cfg_path: Path) -> dict[str, Any]:
     try:
         if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
             raise ValueError(f"{cfg_path.stat().st_size:,} bytes; a config.json is at most {MAX_CONFIG_BYTES >> 20} MB")
-        config_json = json.loads(cfg_path.read_bytes().decode("utf-8"))
+        config_json = loads_finite(cfg_path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise CheckpointError(f"{cfg_path}: cannot read ({exc.strerror})") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply

@@ -190,6 +190,8 @@ case("plugin-missing", "--plugin", "a plugin file that does not exist", lambda e
 case("plugin-directory", "--plugin", "a plugin that is a directory", lambda e: ["--plugin", e.tmp, "list"], "no such file or importable module")
 case("plugin-module-missing", "--plugin", "a plugin module that cannot be imported", lambda e: ["--plugin", "no_such_module_x", "list"],
      "no such file or importable module")  # fmt: skip
+case("plugin-not-python", "--plugin", "a plugin file that is not Python (a .txt, a .so)", lambda e: ["--plugin", e.write("p.txt", "x = 1\n"), "list"],
+     "not a Python file")  # fmt: skip
 case("plugin-syntax-error", "--plugin", "a plugin with a syntax error", lambda e: _plugin(e, "def (\n"), "failed to import: SyntaxError")
 case("plugin-raises", "--plugin", "a plugin that raises while importing", lambda e: _plugin(e, "raise RuntimeError('boom')\n"),
      "failed to import: RuntimeError: boom")  # fmt: skip
@@ -325,6 +327,9 @@ case("config-unknown-type", "export", "an architecture ssmport does not support"
      "model_type 'llama' is not supported")  # fmt: skip
 case("config-disagrees", "export", "config.json that disagrees with the tensors",
      lambda e: ["export", e.folder(e.fla, _set("hidden_size", 256)), *_out(e)], "misshaped")  # fmt: skip
+case("config-overflowing-number", "export", "config.json with a number beyond a double (1e400)",
+     lambda e: ["export", (lambda f: (f / "config.json").write_text((f / "config.json").read_text().replace('"hidden_size": 128', '"hidden_size": 1e400')) and f)(e.copy(e.fla, "hf")), *_out(e)],
+     "invalid JSON (the number 1e400 is beyond a 64-bit float)")  # fmt: skip
 case("shard-truncated", "export", "a truncated safetensors shard",
      lambda e: ["export", (lambda f: (lambda s: s.write_bytes(s.read_bytes()[:-100]))(f / "model-00001-of-00002.safetensors") and f)(e.copy(e.fla, "hf")), *_out(e)],
      "not a readable safetensors file")  # fmt: skip
@@ -463,6 +468,8 @@ case("apple-main-without-apple-layout", "export", "--apple-main without --layout
      lambda e: ["export", e.pth, "--apple-main", "chunk", *_out(e)], "--apple-main applies to --layout apple only")  # fmt: skip
 case("context-without-kv-cache", "export", "--context for a model with no KV cache",
      lambda e: ["export", e.pth, "--context", "128", *_out(e)], "--context sizes a KV cache, and rwkv7 has none")  # fmt: skip
+case("apple-context-below-chunk", "export", "--layout apple with a --context smaller than the prefill chunk",
+     lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--layout", "apple", "--context", "8", *_out(e)], "--context 8")  # fmt: skip
 case("context-zero", "export", "--context 0", lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "0", *_out(e)],
      "--context 0: give a whole number of positions")  # fmt: skip
 case("context-huge", "export", "--context of 2^40 positions",
@@ -656,6 +663,9 @@ case("gate-transcript-dir", "gate", "a bundle whose gate.json is a directory",
      lambda e: ["gate", (lambda b: (b / "gate.json").unlink() or (b / "gate.json").mkdir() or b)(e.bundle())], "is a directory")  # fmt: skip
 
 # === the bundle and its manifest (read by every command; shown with inspect and generate) ===
+case("manifest-prefill-function-missing", "generate", "a manifest naming a prefill function the asset lacks",
+     lambda e: ["generate", e.bundle(lambda d: d["prefill"].__setitem__("function", "prefill_x")), "--prompt", "hi"],
+     "the manifest names function 'prefill_x', which the asset does not have")  # fmt: skip
 for field_name in ("bundle_id", "name", "architecture", "config", "source", "states", "plan", "asset", "inputs", "outputs", "recipe"):
     case(f"manifest-missing-{field_name}", "inspect", f"a manifest without its `{field_name}` field",
          lambda e, f=field_name: ["inspect", e.bundle(_drop(f))], f"missing field {field_name!r}")  # fmt: skip

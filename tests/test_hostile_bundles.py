@@ -15,9 +15,8 @@ import shutil
 
 import pytest
 
-from rwkv7_files import Dims, blinkdl_state_dict, write_pth
 from ssmport.cli.main import INTERNAL_ERROR
-from test_bad_inputs import run_in_process, small_world_vocab, tree_state
+from test_bad_inputs import run_in_process, tree_state
 
 ENTRIES = (
     "manifest.json", "gate.json", "model.aimodel", "model.aimodel/main.mlirb", "model.aimodel/main.hash",
@@ -39,18 +38,12 @@ COMMANDS = {
 
 
 @pytest.fixture(scope="module")
-def source(tmp_path_factory):
-    from ssmport.exporter import export
-
-    root = tmp_path_factory.mktemp("hostile")
-    (root / "rwkv").mkdir()
-    pth = write_pth(root / "rwkv" / "r.pth", blinkdl_state_dict(Dims(), seed=5))
-    (root / "rwkv" / "rwkv_vocab_v20230424.txt").write_text(small_world_vocab())
-    bundle = export(str(pth), root / "bundles", quant="fp32", gate_steps=2, progress=False, prefill_chunk=8).path
-    tokens = root / "tokens.txt"
+def source(world_bundle, tmp_path_factory):
+    bundle = world_bundle["bundle"]
+    tokens = tmp_path_factory.mktemp("hostile") / "tokens.txt"
     tokens.write_text("1 2 3")
     assert sorted(str(p.relative_to(bundle)) for p in bundle.rglob("*")) == sorted(ENTRIES)
-    return {"pth": pth, "bundle": bundle, "tokens": tokens}
+    return {"pth": world_bundle["pth"], "bundle": bundle, "tokens": tokens}
 
 
 def _plant(bundle, sentinel, entry: str, kind: str) -> None:

@@ -35,3 +35,36 @@ def test_a_hostile_chat_template_is_one_line_in_bounded_time(template, what):
     message = str(err.value)
     assert "\n" not in message and message.startswith("tokenizer_config.json: the chat template does not render")
     assert what in message, message
+
+
+def test_a_closed_runner_refuses_in_one_line(pth_fp32_bundle):
+    """Runner.feed() after close() was an AttributeError ('_prefill')."""
+    from ssmport.runtime import Runner
+
+    runner = Runner(pth_fp32_bundle.path)
+    runner.close()
+    for call in (lambda: runner.feed([1, 2]), lambda: runner.step(1), lambda: runner.state(runner.bundle.manifest.states[0].name)):
+        with pytest.raises(SsmportError, match="this Runner is closed"):
+            call()
+
+
+@pytest.mark.parametrize("command", ["generate", "chat"])
+def test_a_stdout_that_cannot_encode_the_text_gets_replacements(command, world_bundle, tmp_path, monkeypatch, capsys):
+    """PYTHONIOENCODING=ascii or a Latin-1 pipe: UnicodeEncodeError (exit 70) from the echo of
+    the prompt; now the characters it cannot encode are shown as '?'."""
+    import io
+    import sys
+
+    from ssmport.cli.main import main
+
+    script = tmp_path / "script.txt"
+    script.write_text("héllo ☃\n/quit\n")
+    text_bundle = world_bundle["bundle"]
+    argv = {"generate": ["generate", text_bundle, "--prompt", "héllo ☃", "-n", "2"],
+            "chat": ["chat", text_bundle, "--script", script, "-n", "2"]}[command]  # fmt: skip
+    raw = io.BytesIO()
+    monkeypatch.setattr(sys, "stdout", io.TextIOWrapper(raw, encoding="latin-1"))
+    code = main([str(a) for a in argv])
+    sys.stdout.flush()
+    assert code == 0, capsys.readouterr().err
+    assert "h\xe9llo ?" in raw.getvalue().decode("latin-1")
