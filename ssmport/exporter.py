@@ -36,6 +36,7 @@ from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_bytes, staged_directory
 from ssmport.contract import GraphSignature, check_contract, read_signature
 from ssmport.errors import SsmportError
+from ssmport.files import check_room
 from ssmport.interrupts import interrupts_deferred
 from ssmport.manifest import (
     LAYOUTS,
@@ -59,6 +60,7 @@ from ssmport.state import STATE_DTYPES, dtype_name
 DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
 EXPORT_GATE_PROMPTS = 1
 EXPORT_GATE_STEPS = 8
+ASSET_OVERHEAD = 1 << 20  # the asset's graph and metadata beside the weights the plan counts
 
 
 @dataclass
@@ -187,6 +189,7 @@ def _build_bundle(
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
+        check_room(out, summarize_plan(builder.plan_json())["total"] + ASSET_OVERHEAD, "the asset")
         _save_asset(converted, out / ASSET)
         with section("tokenizer"):
             tokenizer = _write_tokenizer(model, out)

@@ -271,3 +271,28 @@ def write_output(
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+# --- room for a large write -------------------------------------------------------------
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def check_room(directory: Path, need: int, what: str) -> None:
+    """Refuse, before it starts, a write of about `need` bytes (one file at most that large)
+    into `directory` that the disk's free space or the file-size limit (`ulimit -f`) cannot
+    take: the writers of a Core AI asset and of a lowering (LLVM's) end the process on a
+    failed write, so the failure could not be reported, or cleaned up, after it happened."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise SsmportError(f"{what} needs a file of about {_size(need)}, and the file-size limit (ulimit -f) "
+                           f"is {_size(soft)}; raise the limit")  # fmt: skip
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError as exc:
+        raise SsmportError(f"{directory}: cannot write there ({exc.strerror})") from None
+    if free < need:
+        raise SsmportError(f"{directory}: {_size(free)} free on its disk, and {what} needs about {_size(need)}; "
+                           "free some space or write elsewhere")  # fmt: skip

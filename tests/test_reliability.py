@@ -5,7 +5,12 @@
 
 from __future__ import annotations
 
+import resource
+import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +73,61 @@ def test_a_stdout_that_cannot_encode_the_text_gets_replacements(command, world_b
     sys.stdout.flush()
     assert code == 0, capsys.readouterr().err
     assert "h\xe9llo ?" in raw.getvalue().decode("latin-1")
+
+
+# --- a full disk or a file-size limit during the asset's write -------------------------------
+def _export_in_child(pth, out, preexec=None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ssmport.cli.main", "export", str(pth), "-o", str(out), "-q", "--no-gate"],
+                          capture_output=True, text=True, preexec_fn=preexec, timeout=300)  # fmt: skip
+
+
+def _limit_file_size():
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG instead of killing
+    resource.setrlimit(resource.RLIMIT_FSIZE, (256 << 10, resource.RLIM_INFINITY))  # below the 0.8 MB asset
+
+
+def _assert_nothing_left(proc, out: Path, message: str) -> None:
+    assert proc.returncode == 2, (proc.returncode, proc.stderr)
+    assert proc.stderr.count("\n") == 1 and proc.stderr.startswith("ssmport: error:") and message in proc.stderr, proc.stderr
+    assert not out.exists() or list(out.iterdir()) == [], sorted(out.iterdir())
+
+
+def test_an_export_under_a_file_size_limit_is_one_line_and_leaves_nothing(world_bundle, tmp_path):
+    """`ulimit -f`: LLVM's writer ended the process (exit 1, no error line) and left the
+    staging folder, the lock and the -o folders."""
+    out = tmp_path / "a" / "b"
+    proc = _export_in_child(world_bundle["pth"], out, _limit_file_size)
+    _assert_nothing_left(proc, out, "the file-size limit (ulimit -f) is 0.3 MB")
+    assert not (tmp_path / "a").exists()
+
+
+def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(world_bundle, tmp_path):
+    mnt = tmp_path / "small-disk"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()})")
+    try:
+        proc = _export_in_child(world_bundle["pth"], mnt / "out")
+        _assert_nothing_left(proc, mnt, "free on its disk, and the asset needs about")
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_a_full_cache_disk_is_named_not_blamed_on_the_bundle(world_bundle, tmp_path, monkeypatch, capsys):
+    """SSMPORT_CACHE on a full disk read as "the runtime crashed reading it (SIGBUS)"."""
+    from ssmport.cli.main import main
+
+    mnt = tmp_path / "small-cache"
+    mnt.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()})")
+    try:
+        monkeypatch.setenv("SSMPORT_CACHE", str(mnt))
+        code = main(["generate", str(world_bundle["bundle"]), "--tokens", "1,2", "-n", "1"])
+        err = capsys.readouterr().err
+        assert code == 2 and err.count("\n") == 1, err
+        assert f"{mnt}/lowered: " in err and "free on its disk" in err and "(SSMPORT_CACHE)" in err, err
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
