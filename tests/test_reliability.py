@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import resource
 import signal
 import subprocess
@@ -102,14 +103,20 @@ def test_an_export_under_a_file_size_limit_is_one_line_and_leaves_nothing(world_
 
 
 def test_an_export_onto_a_full_disk_is_one_line_and_leaves_nothing(world_bundle, tmp_path):
-    mnt = tmp_path / "small-disk"
+    with _small_tmpfs(tmp_path / "small-disk", "512k") as mnt:
+        proc = _export_in_child(world_bundle["pth"], mnt / "out")
+        _assert_nothing_left(proc, mnt, "free on its disk, and the asset needs about")
+
+
+@contextlib.contextmanager
+def _small_tmpfs(mnt: Path, size: str):
+    """A tmpfs of `size` at `mnt` (root only; the test is skipped where mounting is refused)."""
     mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=512k", "tmpfs", str(mnt)], capture_output=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)], capture_output=True)
     if mounted.returncode != 0:
         pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()})")
     try:
-        proc = _export_in_child(world_bundle["pth"], mnt / "out")
-        _assert_nothing_left(proc, mnt, "free on its disk, and the asset needs about")
+        yield mnt
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 
@@ -118,16 +125,9 @@ def test_a_full_cache_disk_is_named_not_blamed_on_the_bundle(world_bundle, tmp_p
     """SSMPORT_CACHE on a full disk read as "the runtime crashed reading it (SIGBUS)"."""
     from ssmport.cli.main import main
 
-    mnt = tmp_path / "small-cache"
-    mnt.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True)
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here ({mounted.stderr.decode().strip()})")
-    try:
+    with _small_tmpfs(tmp_path / "small-cache", "64k") as mnt:
         monkeypatch.setenv("SSMPORT_CACHE", str(mnt))
         code = main(["generate", str(world_bundle["bundle"]), "--tokens", "1,2", "-n", "1"])
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
         assert f"{mnt}/lowered: " in err and "free on its disk" in err and "(SSMPORT_CACHE)" in err, err
-    finally:
-        subprocess.run(["umount", str(mnt)], check=False)
