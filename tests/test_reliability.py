@@ -131,3 +131,21 @@ def test_a_full_cache_disk_is_named_not_blamed_on_the_bundle(world_bundle, tmp_p
         err = capsys.readouterr().err
         assert code == 2 and err.count("\n") == 1, err
         assert f"{mnt}/lowered: " in err and "free on its disk" in err and "(SSMPORT_CACHE)" in err, err
+
+
+def test_chat_on_the_embedded_default_continues_the_text(tmp_path, capsys):
+    """rwkv7-pydoc (a docs model, not a chat model) replied with nothing to every line under
+    the World chat format: its first token was the blank line that ends a reply."""
+    from ssmport.cli.main import main
+    from ssmport.exporter import export
+
+    bundle = export("rwkv7-pydoc", tmp_path, quant="fp32", gate=False, progress=False).path
+    script = tmp_path / "script.txt"
+    script.write_text("The json module\n")
+    code = main(["chat", str(bundle), "--script", str(script), "-n", "24", "--stats"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    assert "[rwkv7-pydoc was trained on plain text, not on a chat format: it continues your text]" in err
+    assert err.count("it continues your text") == 1
+    reply = out.split("> The json module\n", 1)[1]
+    assert len(reply.strip()) > 0 and "reply 24 tokens, ended by max tokens" in err, (reply, err)
