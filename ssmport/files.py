@@ -52,6 +52,19 @@ def utf8_path(path: str | Path, what: str = "") -> Path:
     return Path(path)
 
 
+def missing_file(path: str | Path, fallback: str = "no such file") -> str:
+    """Why `path` cannot be read as a file: "no such file", unless something else is there
+    (a FIFO or a device given as a checkpoint or a vocab was called "no such file")."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return fallback
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"{kind}, not a regular file (ssmport reads files it can size, not streams)"
+
+
 def describe_os_error(exc: OSError) -> str:
     """`path: reason` for an OSError, in the user's terms."""
     reason = exc.strerror or str(exc)

@@ -12,6 +12,7 @@ from typing import Any
 from ssmport.architectures import Architecture, LoadedModel, architectures, get_architecture, presets
 from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
+from ssmport.files import missing_file
 from ssmport.pretrained import bundled_checkpoint
 from ssmport.strict_json import loads_finite
 
@@ -48,7 +49,7 @@ def load_model(
     if vocab is not None:
         path = Path(vocab).expanduser()
         if not path.is_file():
-            raise SsmportError(f"--vocab {vocab}: {'a directory, not a vocab file' if path.is_dir() else 'no such file'}")
+            raise SsmportError(f"--vocab {vocab}: {'a directory, not a vocab file' if path.is_dir() else missing_file(path)}")
         model.vocab_path, model.vocab_origin = path, "--vocab"
     elif model.vocab_path is None:
         default = model.architecture.default_vocab(model.config)
@@ -159,7 +160,7 @@ def load_checkpoint(path: Path) -> LoadedModel:
     if path.is_dir():
         return _load_hf_folder(path)
     if not path.is_file():
-        raise SsmportError(f"{path}: no such file or directory")
+        raise SsmportError(f"{path}: {missing_file(path, 'no such file or directory')}")
     if path.suffix == ".safetensors":
         raise SsmportError(f"{path}: give the Hugging Face folder (with config.json), not a single shard")
     source = open_pth(path)

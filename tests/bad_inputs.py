@@ -866,6 +866,35 @@ case("chat-state-garbage", "chat", "--state that is not a snapshot", lambda e: [
      "not a valid ssmport state snapshot")  # fmt: skip
 case("chat-state-truncated", "chat", "a truncated --state",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.write("s.st", e.snapshot.read_bytes()[:-64])], "not a valid ssmport state snapshot")  # fmt: skip
+def _edited_snapshot(e: Env, edit: Callable[[dict], None]) -> Path:
+    """A copy of the shared snapshot whose tensors `edit` changes (header kept)."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(e.snapshot), "np") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 (safe_open has no __iter__)
+    edit(tensors)
+    save_file(tensors, str(e.path("s.st")), metadata=metadata)
+    return e.path("s.st")
+
+
+def _nan_state(tensors: dict) -> None:
+    name = next(k for k in tensors if k.startswith("state.") and tensors[k].dtype.kind == "f")
+    tensors[name] = tensors[name].copy()
+    tensors[name].flat[0] = float("nan")
+
+
+case("chat-state-nan", "chat", "--state whose states hold NaN", lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", _edited_snapshot(e, _nan_state)],
+     "holds NaN or infinite values")  # fmt: skip
+case("chat-state-token-out-of-vocab", "chat", "--state whose token list holds an id outside the vocabulary",
+     lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", _edited_snapshot(e, lambda t: t.__setitem__("tokens", t["tokens"] * 0 + 99999))],
+     "holds token id 99999, outside the bundle's vocabulary")  # fmt: skip
+case("export-checkpoint-fifo", "export", "a named pipe given as the checkpoint",
+     lambda e: ["export", (lambda p: os.mkfifo(p) or p)(e.path("model.pth")), *_out(e)], "a named pipe, not a regular file")  # fmt: skip
+case("export-vocab-device", "export", "a device given as --vocab", lambda e: ["export", e.pth, "--vocab", "/dev/zero", *_out(e)],
+     "a device, not a regular file")  # fmt: skip
+
+
 case("chat-state-device", "chat", "--state /dev/zero (never read forever)",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", "/dev/zero"], "not a regular file")  # fmt: skip
 case("chat-state-dir", "chat", "--state that is a directory", lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.tmp], "cannot read (Is a directory)")

@@ -149,3 +149,19 @@ def test_chat_on_the_embedded_default_continues_the_text(tmp_path, capsys):
     assert err.count("it continues your text") == 1
     reply = out.split("> The json module\n", 1)[1]
     assert len(reply.strip()) > 0 and "reply 24 tokens, ended by max tokens" in err, (reply, err)
+
+
+def test_inspect_json_is_standard_json_when_the_gate_recorded_nan(world_bundle, tmp_path, capsys):
+    """A gate over overflowing logits records NaN; `inspect --json` printed it as bare NaN."""
+    import json
+    import shutil
+
+    from ssmport.cli.main import main
+
+    bundle = shutil.copytree(world_bundle["bundle"], tmp_path / "b")
+    manifest = json.loads((bundle / "manifest.json").read_text())
+    manifest["gate"]["max_abs_logit_delta"] = float("nan")
+    (bundle / "manifest.json").write_text(json.dumps(manifest))
+    assert main(["inspect", "--json", str(bundle)]) == 0
+    printed = json.loads(capsys.readouterr().out, parse_constant=lambda name: pytest.fail(f"bare {name} printed"))
+    assert printed["gate"]["max_abs_logit_delta"] is None
