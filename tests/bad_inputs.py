@@ -254,7 +254,27 @@ def _evil(e: Env) -> list:
 
 
 case("pth-pickle-code", "export", "a pickle that `weights_only=True` refuses (code in it); the code never runs", _evil,
-     "not a loadable PyTorch checkpoint (Weights only load failed")  # fmt: skip
+     "not a loadable PyTorch checkpoint (it holds Python objects besides tensors")  # fmt: skip
+
+
+def _gzipped_pth(e: Env) -> Path:
+    import gzip
+
+    return e.write("model.pth", gzip.compress(e.pth.read_bytes()))
+
+
+def _safetensors_pth(e: Env) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"emb.weight": torch.zeros(2, 2)}, str(e.path("model.pth")))
+    return e.path("model.pth")
+
+
+case("pth-gzip", "export", "a gzip-compressed `.pth` (torch's text: escapes and 'retry with weights_only=False')",
+     lambda e: ["export", _gzipped_pth(e), *_out(e)], "not a loadable PyTorch checkpoint (it is a gzip file; decompress it first)")  # fmt: skip
+case("pth-safetensors", "export", "a safetensors file named `.pth`", lambda e: ["export", _safetensors_pth(e), *_out(e)],
+     "(it is a safetensors file; give its Hugging Face folder")  # fmt: skip
 
 
 def _torch_save(e: Env, obj, name: str = "x.pth") -> Path:
