@@ -114,6 +114,9 @@ def export(
         get_recipe(quant)  # fail on a bad name before any loading
     if gate and not 1 <= gate_steps <= MAX_GATE_TOKENS:
         raise SsmportError(f"--gate-steps must be at least 1 and at most {MAX_GATE_TOKENS:,} (or pass --no-gate)")
+    if gate and isinstance(context, int) and 1 <= context < gate_steps:  # found by the gate at the very end, before
+        raise SsmportError(f"--context {context} holds fewer positions than the export gate's {gate_steps} tokens "
+                           "(--gate-steps); give a larger --context, fewer --gate-steps, or --no-gate")  # fmt: skip
     check_chunk(prefill_chunk)
     if layout not in LAYOUTS:
         raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")

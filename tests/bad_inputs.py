@@ -490,6 +490,9 @@ case("context-without-kv-cache", "export", "--context for a model with no KV cac
      lambda e: ["export", e.pth, "--context", "128", *_out(e)], "--context sizes a KV cache, and rwkv7 has none")  # fmt: skip
 case("apple-context-below-chunk", "export", "--layout apple with a --context smaller than the prefill chunk",
      lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--layout", "apple", "--context", "8", *_out(e)], "--context 8")  # fmt: skip
+case("context-below-gate-steps", "export", "--context smaller than the export gate's --gate-steps",
+     lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "4", "--gate-steps", "8", "-o", e.path("out"), "-q"],
+     "--context 4 holds fewer positions than the export gate's 8 tokens")  # fmt: skip
 case("context-zero", "export", "--context 0", lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "0", *_out(e)],
      "--context 0: give a whole number of positions")  # fmt: skip
 case("context-huge", "export", "--context of 2^40 positions",
