@@ -11,6 +11,7 @@ import contextlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -30,9 +31,10 @@ TOKENIZER_DIR = "tokenizer"
 
 def write_json_atomic(path: Path, data: Any) -> None:
     """Write JSON so readers never see half a file (see `files.write_output`); a bundle's or
-    the cache's own file, so never to a device or a pipe."""
+    the cache's own file, so never to a device or a pipe, and never through a link (a bundle
+    from elsewhere may hold `gate.json -> ~/.bashrc`)."""
     text = json.dumps(data, indent=2, sort_keys=False) + "\n"
-    write_output(path, lambda f: f.write(text.encode()), streams=False)
+    write_output(path, lambda f: f.write(text.encode()), streams=False, follow_links=False)
 
 
 MAX_MANIFEST_BYTES = 256 << 20  # the per-tensor plan of a 13B model is ~1 MB
@@ -48,6 +50,33 @@ def dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
+def _odd_kind(path: Path) -> str | None:
+    """What `path` is when it is neither a regular file nor a folder (never following a link)."""
+    mode = os.lstat(path).st_mode
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    return "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+
+
+def check_bundle_tree(root: Path) -> None:
+    """Refuse a bundle that holds a link, a pipe, a socket or a device anywhere inside it.
+
+    A bundle may come from elsewhere: a planted `gate.json -> ~/.bashrc` would have the next
+    `ssmport gate` write outside the bundle, a `manifest.json -> /dev/zero` or a FIFO would
+    hang a reader. ssmport reads and writes a bundle's own files only as regular files."""
+    try:
+        for folder, dirs, files in os.walk(root):  # never descends into a linked folder
+            for name in sorted(dirs + files):
+                kind = _odd_kind(Path(folder) / name)
+                if kind is not None:
+                    raise BundleError(f"{Path(folder) / name} is {kind} inside the bundle; a bundle holds only regular "
+                                      "files and folders (ssmport never reads or writes its files through one)")  # fmt: skip
+    except OSError as exc:
+        raise BundleError(f"{root}: unreadable bundle ({exc.strerror}: {exc.filename})") from None
+
+
 @dataclass
 class Bundle:
     path: Path
@@ -61,6 +90,7 @@ class Bundle:
         mpath = path / MANIFEST
         if not mpath.is_file():
             raise BundleError(f"{path}: not an ssmport bundle (no {MANIFEST})")
+        check_bundle_tree(path)
         try:
             if mpath.stat().st_size > MAX_MANIFEST_BYTES:
                 raise ValueError(f"{mpath.stat().st_size:,} bytes; a manifest is at most {MAX_MANIFEST_BYTES >> 20} MB")
@@ -91,6 +121,10 @@ class Bundle:
 # What an export writes at the top of a bundle: --overwrite replaces only a folder that holds
 # nothing else (anything more is the user's, and stays).
 BUNDLE_ENTRIES = frozenset({MANIFEST, ASSET, GATE, TOKENIZER_DIR, "metadata.json"})
+# ... in tokenizer/ (vocab.tsv or tokenizer.json, with its config and template), and in the
+# asset of a bundle whose manifest predates `asset.files`.
+TOKENIZER_FILES = frozenset({"vocab.tsv", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja"})
+_OLD_ASSET_FILES = frozenset({"main.mlirb", "main.hash", "metadata.json"})
 _NAME_MAX = 200  # bytes; the staging directory's name adds ~30 to it (NAME_MAX is 255)
 
 
@@ -114,6 +148,8 @@ def replaceable_bundle(path: Path, protect: Iterable[Path] = ()) -> None:
     if not path.is_dir():
         raise SsmportError(f"{path} is a file, not an ssmport bundle; --overwrite replaces only bundles (remove it yourself)")
     try:
+        if not stat.S_ISREG(os.lstat(path / MANIFEST).st_mode):  # a link or a FIFO: never read through it
+            raise ValueError("not a regular file")
         data = json.loads((path / MANIFEST).read_text())
         is_bundle = isinstance(data, dict) and data.get("format") == FORMAT
     except (OSError, ValueError):
@@ -121,16 +157,46 @@ def replaceable_bundle(path: Path, protect: Iterable[Path] = ()) -> None:
     if not is_bundle:
         raise SsmportError(f"{path} is not an ssmport bundle (no manifest.json saying so); --overwrite replaces "
                            "only bundles (pick another --name or -o, or remove it yourself)")  # fmt: skip
-    extra = sorted(p.name for p in path.iterdir() if p.name not in BUNDLE_ENTRIES)
-    if extra:
-        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
-        raise SsmportError(f"{path} holds files an export did not write ({shown}); --overwrite will not delete them "
-                           "(move them out first)")  # fmt: skip
     root = path.resolve()
     for p in protect:
         if Path(p).resolve().is_relative_to(root):
             raise SsmportError(f"{path} holds {p}, which this export reads; --overwrite will not replace it "
                                "(write the bundle elsewhere)")  # fmt: skip
+    extra = foreign_entries(path, data)
+    if extra:
+        shown = ", ".join(extra[:5]) + (f" and {len(extra) - 5} more" if len(extra) > 5 else "")
+        raise SsmportError(f"{path} holds files an export did not write ({shown}); --overwrite will not delete them "
+                           "(move them out first)")  # fmt: skip
+
+
+def foreign_entries(path: Path, manifest: dict) -> list[str]:
+    """What in bundle folder `path` an export did not write, as paths inside it (sorted, walked
+    without following links): anything at the top but the bundle's entries, in tokenizer/ but
+    tokenizer files, in the asset but the files its manifest lists; a link or a pipe anywhere."""
+    asset_files = (manifest.get("asset") or {}).get("files") if isinstance(manifest.get("asset"), dict) else None
+    asset_files = set(asset_files) if isinstance(asset_files, dict) and asset_files else None
+    asset_dirs = {p.as_posix() for f in asset_files or () for p in Path(f).parents if p != Path(".")}
+    found = []
+    for folder, dirs, files in os.walk(path):
+        for name in sorted(dirs + files):
+            rel = (Path(folder) / name).relative_to(path)
+            top, inner = rel.parts[0], Path(*rel.parts[1:]).as_posix() if len(rel.parts) > 1 else None
+            is_dir = name in dirs and not os.path.islink(Path(folder) / name)
+            if _odd_kind(path / rel) is not None:
+                ours = False
+            elif inner is None:
+                ours = top in BUNDLE_ENTRIES and is_dir == (top in (ASSET, TOKENIZER_DIR))
+            elif top == TOKENIZER_DIR:
+                ours = not is_dir and inner in TOKENIZER_FILES
+            elif top == ASSET:
+                ours = (inner in asset_dirs) if is_dir else inner in (asset_files or _OLD_ASSET_FILES)
+            else:
+                ours = False
+            if not ours:
+                found.append(rel.as_posix())
+                if is_dir:
+                    dirs.remove(name)  # named once, not file by file
+    return sorted(found)
 
 
 def remove_stale_staging(parent: Path) -> None:

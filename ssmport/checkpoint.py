@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 import struct
 import zipfile
 import zlib
@@ -169,15 +170,38 @@ def _torch_load(path: Path) -> dict[str, torch.Tensor]:
     # "magic number"; a cut one: EOFError, struct.error, ...).
     except (pickle.UnpicklingError, RuntimeError, EOFError, zipfile.BadZipFile, ValueError, KeyError,
             TypeError, struct.error) as exc:  # fmt: skip
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, (KeyError, TypeError, struct.error)):  # their messages mean nothing here
-            first = "unrecognised file format"
-        raise CheckpointError(f"{path}: not a loadable PyTorch checkpoint ({first})") from None
+        raise CheckpointError(f"{path}: not a loadable PyTorch checkpoint ({_load_failure(path, exc)})") from None
     if not isinstance(obj, dict) or not all(
         isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
     ):
         raise CheckpointError(f"{path}: expected a flat {{name: tensor}} state dict")
     return obj
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
+def _load_failure(path: Path, exc: BaseException) -> str:
+    """Why torch.load refused `path`, in ssmport's words: torch's own text carries terminal
+    escapes and the advice to retry with weights_only=False, unsafe (it runs the pickle's code)
+    and wrong for a file that is not a pickle at all."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(9)
+    except OSError:
+        head = b""
+    if head[:2] == b"\x1f\x8b":
+        return "it is a gzip file; decompress it first"
+    if len(head) == 9 and head[8:9] == b"{" and int.from_bytes(head[:8], "little") < 1 << 27:
+        return "it is a safetensors file; give its Hugging Face folder (with config.json)"
+    text = _ANSI.sub("", str(exc)).strip()
+    if "Weights only load failed" in text:
+        found = re.search(r"Unsupported global: GLOBAL ([\w.]+)", text)
+        return ("it holds Python objects besides tensors" + (f" ({found.group(1)})" if found else "")
+                + ", which ssmport does not unpickle (a pickle can run code)")  # fmt: skip
+    if isinstance(exc, (KeyError, TypeError, struct.error)) or not text:  # their messages mean nothing here
+        return "unrecognised file format"
+    return text.splitlines()[0]
 
 
 class SafetensorsSource(TensorSource):

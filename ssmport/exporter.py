@@ -36,6 +36,7 @@ from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_bytes, staged_directory
 from ssmport.contract import GraphSignature, check_contract, read_signature
 from ssmport.errors import SsmportError
+from ssmport.files import check_room
 from ssmport.interrupts import interrupts_deferred
 from ssmport.manifest import (
     LAYOUTS,
@@ -59,6 +60,7 @@ from ssmport.state import STATE_DTYPES, dtype_name
 DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
 EXPORT_GATE_PROMPTS = 1
 EXPORT_GATE_STEPS = 8
+ASSET_OVERHEAD = 1 << 20  # the asset's graph and metadata beside the weights the plan counts
 
 
 @dataclass
@@ -112,6 +114,9 @@ def export(
         get_recipe(quant)  # fail on a bad name before any loading
     if gate and not 1 <= gate_steps <= MAX_GATE_TOKENS:
         raise SsmportError(f"--gate-steps must be at least 1 and at most {MAX_GATE_TOKENS:,} (or pass --no-gate)")
+    if gate and isinstance(context, int) and 1 <= context < gate_steps:  # found by the gate at the very end, before
+        raise SsmportError(f"--context {context} holds fewer positions than the export gate's {gate_steps} tokens "
+                           "(--gate-steps); give a larger --context, fewer --gate-steps, or --no-gate")  # fmt: skip
     check_chunk(prefill_chunk)
     if layout not in LAYOUTS:
         raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
@@ -187,6 +192,7 @@ def _build_bundle(
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
+        check_room(out, summarize_plan(builder.plan_json())["total"] + ASSET_OVERHEAD, "the asset")
         _save_asset(converted, out / ASSET)
         with section("tokenizer"):
             tokenizer = _write_tokenizer(model, out)

@@ -4,7 +4,8 @@
   renamed over it, so no reader sees half a file; a character device or a FIFO (`/dev/null`,
   `/dev/stdout`, a named pipe) is written as a stream: renaming over it would replace the
   device node itself (as root, `--out /dev/null` would have broken the machine's
-  `/dev/null`). Directories, sockets and block devices are refused.
+  `/dev/null`). Directories, sockets and block devices are refused A symlink
+  the user typed is followed; with `follow_links=False` (a bundle's own files) it is refused.
 - `check_output`: the same rules checked before a long job, so a chat or a gate does not run
   for minutes and then fail to save.
 - `rename_noreplace`: rename that fails if the target exists, atomically (renameat2
@@ -49,6 +50,19 @@ def utf8_path(path: str | Path, what: str = "") -> Path:
         raise SsmportError(f"{what + ' ' if what else ''}{shown}: the path is not valid UTF-8 "
                            "(the Core AI runtime cannot open it); rename it") from None  # fmt: skip
     return Path(path)
+
+
+def missing_file(path: str | Path, fallback: str = "no such file") -> str:
+    """Why `path` cannot be read as a file: "no such file", unless something else is there
+    (a FIFO or a device given as a checkpoint or a vocab was called "no such file")."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return fallback
+    if stat.S_ISDIR(mode):
+        return "a directory, not a file"
+    kind = "a named pipe" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+    return f"{kind}, not a regular file (ssmport reads files it can size, not streams)"
 
 
 def describe_os_error(exc: OSError) -> str:
@@ -187,10 +201,14 @@ def stale_dirs(parent: Path, pattern: str) -> list[Path]:
 
 
 # --- outputs ----------------------------------------------------------------------------
-def _target_kind(path: Path, what: str, streams: bool = True) -> tuple[Path, str]:
+def _target_kind(path: Path, what: str, streams: bool = True, follow_links: bool = True) -> tuple[Path, str]:
     """(the path to write, "stream" | "file"), symlinks followed; refused when it is
-    something ssmport must not write over (a device or FIFO too, without `streams`)."""
+    something ssmport must not write over (a device or FIFO too, without `streams`; a link,
+    without `follow_links`: a file inside a bundle that may come from elsewhere)."""
     label = f"{what} {path}" if what else str(path)
+    if not follow_links and os.path.islink(path):
+        raise SsmportError(f"{label} is a symbolic link; ssmport writes a bundle's own files only as regular files, "
+                           "never through a link (remove the link)")  # fmt: skip
     real = Path(os.path.realpath(path))  # through symlinks: a link is never replaced
     try:
         st = os.stat(real)
@@ -208,12 +226,12 @@ def _target_kind(path: Path, what: str, streams: bool = True) -> tuple[Path, str
     raise SsmportError(f"{label} is not {kinds}; refusing to write there")
 
 
-def check_output(path: str | Path, what: str = "", *, streams: bool = True) -> None:
+def check_output(path: str | Path, what: str = "", *, streams: bool = True, follow_links: bool = True) -> None:
     """Refuse, before any work, an output path that `write_output` would fail on: a directory,
     a missing parent, a place that cannot be written (read-only, /proc, no permission)."""
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
-    real, kind = _target_kind(path, what, streams)
+    real, kind = _target_kind(path, what, streams, follow_links)
     if kind == "stream":
         return  # opening a FIFO to test it would block until a reader comes
     parent = real.parent
@@ -234,6 +252,7 @@ def write_output(
     verify: Callable[[Path], None] | None = None,
     what: str = "",
     streams: bool = True,
+    follow_links: bool = True,
 ) -> None:
     """Write a whole output with `write(f)`; `verify(tmp)` may check the written file first.
 
@@ -243,7 +262,7 @@ def write_output(
     """
     path = Path(path)
     label = f"{what} {path}" if what else str(path)
-    real, kind = _target_kind(path, what, streams)
+    real, kind = _target_kind(path, what, streams, follow_links)
     directory = real.parent if kind == "file" else Path(tempfile.gettempdir())
     tmp = directory / f".{real.name[:64]}.{os.getpid()}.{secrets.token_hex(4)}.tmp"
     try:
@@ -265,3 +284,28 @@ def write_output(
     finally:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+
+
+# --- room for a large write -------------------------------------------------------------
+def _size(n: int) -> str:
+    return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
+
+
+def check_room(directory: Path, need: int, what: str) -> None:
+    """Refuse, before it starts, a write of about `need` bytes (one file at most that large)
+    into `directory` that the disk's free space or the file-size limit (`ulimit -f`) cannot
+    take: the writers of a Core AI asset and of a lowering (LLVM's) end the process on a
+    failed write, so the failure could not be reported, or cleaned up, after it happened."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_FSIZE)
+    if soft != resource.RLIM_INFINITY and soft < need:
+        raise SsmportError(f"{what} needs a file of about {_size(need)}, and the file-size limit (ulimit -f) "
+                           f"is {_size(soft)}; raise the limit")  # fmt: skip
+    try:
+        free = shutil.disk_usage(directory).free
+    except OSError as exc:
+        raise SsmportError(f"{directory}: cannot write there ({exc.strerror})") from None
+    if free < need:
+        raise SsmportError(f"{directory}: {_size(free)} free on its disk, and {what} needs about {_size(need)}; "
+                           "free some space or write elsewhere")  # fmt: skip

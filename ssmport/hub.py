@@ -13,7 +13,9 @@ import contextlib
 import glob
 import hashlib
 import io
+import json
 import logging
+import os
 import re
 import shutil
 from collections.abc import Callable, Iterator
@@ -105,6 +107,7 @@ def fetch(
     weights are downloaded.
     """
     what = f"{repo}@{revision}" if revision else repo
+    _install_timeouts()
     with _client_errors(what, revision), _client_warnings_muted():
         listing = _list_files(repo, revision)
         got = _Fetcher(listing, display)
@@ -360,6 +363,37 @@ def _gated(repo: str) -> str:
     )
 
 
+def _install_timeouts() -> None:
+    """Give the client's HTTP session timeouts: it has none, so a server that accepts the
+    connection and never answers hung an export forever. HF_HUB_ETAG_TIMEOUT bounds the
+    connection, HF_HUB_DOWNLOAD_TIMEOUT each wait for data (a download's total time is not
+    bounded, only its silences); read when a fetch starts, so the variables always apply."""
+    import httpx2
+    from huggingface_hub import constants
+    from huggingface_hub.utils import _http
+
+    def seconds(name: str, default: float) -> float:
+        try:
+            value = float(os.environ.get(name, ""))
+        except ValueError:
+            return default
+        return value if value > 0 else default
+
+    timeout = httpx2.Timeout(seconds("HF_HUB_DOWNLOAD_TIMEOUT", constants.HF_HUB_DOWNLOAD_TIMEOUT),
+                             connect=seconds("HF_HUB_ETAG_TIMEOUT", constants.HF_HUB_ETAG_TIMEOUT))  # fmt: skip
+
+    def bounded(request) -> None:  # the client passes timeout=None on each request: set it here
+        if not any((request.extensions.get("timeout") or {}).values()):
+            request.extensions["timeout"] = timeout.as_dict()
+
+    def client():
+        made = _http.default_client_factory()
+        made.event_hooks["request"] = [bounded, *made.event_hooks["request"]]
+        return made
+
+    _http.set_client_factory(client)
+
+
 def _unreachable() -> tuple[type[BaseException], ...]:
     """The client's errors for 'no answer at all' (its HTTP stack is httpx2)."""
     import httpx2
@@ -389,6 +423,13 @@ def _client_errors(what: str, revision: str | None) -> Iterator[None]:
     except hf.LocalEntryNotFoundError as exc:  # offline, and the cache lacks a file
         message = f"{what}: the cached copy is incomplete and the Hub cannot be used ({_one_line(exc)})"
         raise SsmportError(message) from None
+    except hf.HFValidationError as exc:  # 'h/..': the client's own rules for a repo id
+        raise SsmportError(f"{what}: not a valid Hub repo id ({_one_line(exc)})") from None
+    except json.JSONDecodeError:  # HTTP 200 with an HTML page: a captive portal, a proxy's login page
+        from huggingface_hub import constants
+
+        raise SsmportError(f"{what}: the Hub's answer is not JSON: is {constants.ENDPOINT} a Hugging Face Hub "
+                           "(HF_ENDPOINT), or is a proxy or a network login page answering instead?") from None  # fmt: skip
     except hf.HfHubHTTPError as exc:
         status = exc.response.status_code if exc.response is not None else "?"
         hint = "; check HF_TOKEN" if status in (401, 403) else ""

@@ -30,6 +30,8 @@ def load_plugin(spec: str) -> ModuleType:
     if spec.endswith(".py") or path.is_file():
         if not path.is_file():
             raise SsmportError(f"plugin {spec}: no such file")
+        if path.suffix != ".py":  # a .txt has no loader; a .so would be loaded as native code
+            raise SsmportError(f"plugin {spec}: not a Python file (a plugin is a .py file or an importable module)")
         return _import_file(path.resolve(), spec)
     try:
         return importlib.import_module(spec)

@@ -12,7 +12,9 @@ from typing import Any
 from ssmport.architectures import Architecture, LoadedModel, architectures, get_architecture, presets
 from ssmport.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
+from ssmport.files import missing_file
 from ssmport.pretrained import bundled_checkpoint
+from ssmport.strict_json import loads_finite
 
 DEFAULT_SEED = 0
 PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS"
@@ -47,7 +49,7 @@ def load_model(
     if vocab is not None:
         path = Path(vocab).expanduser()
         if not path.is_file():
-            raise SsmportError(f"--vocab {vocab}: {'a directory, not a vocab file' if path.is_dir() else 'no such file'}")
+            raise SsmportError(f"--vocab {vocab}: {'a directory, not a vocab file' if path.is_dir() else missing_file(path)}")
         model.vocab_path, model.vocab_origin = path, "--vocab"
     elif model.vocab_path is None:
         default = model.architecture.default_vocab(model.config)
@@ -158,7 +160,7 @@ def load_checkpoint(path: Path) -> LoadedModel:
     if path.is_dir():
         return _load_hf_folder(path)
     if not path.is_file():
-        raise SsmportError(f"{path}: no such file or directory")
+        raise SsmportError(f"{path}: {missing_file(path, 'no such file or directory')}")
     if path.suffix == ".safetensors":
         raise SsmportError(f"{path}: give the Hugging Face folder (with config.json), not a single shard")
     source = open_pth(path)
@@ -185,7 +187,7 @@ def _read_config(cfg_path: Path) -> dict[str, Any]:
     try:
         if cfg_path.stat().st_size > MAX_CONFIG_BYTES:
             raise ValueError(f"{cfg_path.stat().st_size:,} bytes; a config.json is at most {MAX_CONFIG_BYTES >> 20} MB")
-        config_json = json.loads(cfg_path.read_bytes().decode("utf-8"))
+        config_json = loads_finite(cfg_path.read_bytes().decode("utf-8"))
     except OSError as exc:
         raise CheckpointError(f"{cfg_path}: cannot read ({exc.strerror})") from None
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deeply

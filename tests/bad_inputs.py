@@ -190,6 +190,8 @@ case("plugin-missing", "--plugin", "a plugin file that does not exist", lambda e
 case("plugin-directory", "--plugin", "a plugin that is a directory", lambda e: ["--plugin", e.tmp, "list"], "no such file or importable module")
 case("plugin-module-missing", "--plugin", "a plugin module that cannot be imported", lambda e: ["--plugin", "no_such_module_x", "list"],
      "no such file or importable module")  # fmt: skip
+case("plugin-not-python", "--plugin", "a plugin file that is not Python (a .txt, a .so)", lambda e: ["--plugin", e.write("p.txt", "x = 1\n"), "list"],
+     "not a Python file")  # fmt: skip
 case("plugin-syntax-error", "--plugin", "a plugin with a syntax error", lambda e: _plugin(e, "def (\n"), "failed to import: SyntaxError")
 case("plugin-raises", "--plugin", "a plugin that raises while importing", lambda e: _plugin(e, "raise RuntimeError('boom')\n"),
      "failed to import: RuntimeError: boom")  # fmt: skip
@@ -252,7 +254,27 @@ def _evil(e: Env) -> list:
 
 
 case("pth-pickle-code", "export", "a pickle that `weights_only=True` refuses (code in it); the code never runs", _evil,
-     "not a loadable PyTorch checkpoint (Weights only load failed")  # fmt: skip
+     "not a loadable PyTorch checkpoint (it holds Python objects besides tensors")  # fmt: skip
+
+
+def _gzipped_pth(e: Env) -> Path:
+    import gzip
+
+    return e.write("model.pth", gzip.compress(e.pth.read_bytes()))
+
+
+def _safetensors_pth(e: Env) -> Path:
+    import torch
+    from safetensors.torch import save_file
+
+    save_file({"emb.weight": torch.zeros(2, 2)}, str(e.path("model.pth")))
+    return e.path("model.pth")
+
+
+case("pth-gzip", "export", "a gzip-compressed `.pth` (torch's text: escapes and 'retry with weights_only=False')",
+     lambda e: ["export", _gzipped_pth(e), *_out(e)], "not a loadable PyTorch checkpoint (it is a gzip file; decompress it first)")  # fmt: skip
+case("pth-safetensors", "export", "a safetensors file named `.pth`", lambda e: ["export", _safetensors_pth(e), *_out(e)],
+     "(it is a safetensors file; give its Hugging Face folder")  # fmt: skip
 
 
 def _torch_save(e: Env, obj, name: str = "x.pth") -> Path:
@@ -325,6 +347,9 @@ case("config-unknown-type", "export", "an architecture ssmport does not support"
      "model_type 'llama' is not supported")  # fmt: skip
 case("config-disagrees", "export", "config.json that disagrees with the tensors",
      lambda e: ["export", e.folder(e.fla, _set("hidden_size", 256)), *_out(e)], "misshaped")  # fmt: skip
+case("config-overflowing-number", "export", "config.json with a number beyond a double (1e400)",
+     lambda e: ["export", (lambda f: (f / "config.json").write_text((f / "config.json").read_text().replace('"hidden_size": 128', '"hidden_size": 1e400')) and f)(e.copy(e.fla, "hf")), *_out(e)],
+     "invalid JSON (the number 1e400 is beyond a 64-bit float)")  # fmt: skip
 case("shard-truncated", "export", "a truncated safetensors shard",
      lambda e: ["export", (lambda f: (lambda s: s.write_bytes(s.read_bytes()[:-100]))(f / "model-00001-of-00002.safetensors") and f)(e.copy(e.fla, "hf")), *_out(e)],
      "not a readable safetensors file")  # fmt: skip
@@ -463,6 +488,11 @@ case("apple-main-without-apple-layout", "export", "--apple-main without --layout
      lambda e: ["export", e.pth, "--apple-main", "chunk", *_out(e)], "--apple-main applies to --layout apple only")  # fmt: skip
 case("context-without-kv-cache", "export", "--context for a model with no KV cache",
      lambda e: ["export", e.pth, "--context", "128", *_out(e)], "--context sizes a KV cache, and rwkv7 has none")  # fmt: skip
+case("apple-context-below-chunk", "export", "--layout apple with a --context smaller than the prefill chunk",
+     lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--layout", "apple", "--context", "8", *_out(e)], "--context 8")  # fmt: skip
+case("context-below-gate-steps", "export", "--context smaller than the export gate's --gate-steps",
+     lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "4", "--gate-steps", "8", "-o", e.path("out"), "-q"],
+     "--context 4 holds fewer positions than the export gate's 8 tokens")  # fmt: skip
 case("context-zero", "export", "--context 0", lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "0", *_out(e)],
      "--context 0: give a whole number of positions")  # fmt: skip
 case("context-huge", "export", "--context of 2^40 positions",
@@ -545,6 +575,36 @@ case("overwrite-bundle-with-user-files", "export", "--overwrite onto a bundle th
      lambda e: ["export", e.pth, "-o", e.tmp, "--name", "b", "--overwrite", "-q"] if e.bundle() and e.write("b/my-notes.txt", "x") else [],
      "holds files an export did not write (my-notes.txt)")  # fmt: skip
 
+case("overwrite-bundle-with-user-files-inside", "export", "--overwrite onto a bundle with the user's file in tokenizer/ (or model.aimodel/)",
+     lambda e: ["export", e.pth, "-o", e.tmp, "--name", "b", "--overwrite", "-q"] if e.bundle() and e.write("b/tokenizer/my-notes.txt", "x") else [],
+     "holds files an export did not write (tokenizer/my-notes.txt)")  # fmt: skip
+
+
+def _planted_link(e: Env, entry: str) -> Path:
+    """A copy of `tok` whose `entry` is a link to a file of the user's outside it (see
+    tests/test_hostile_bundles.py for every entry, link kind and command)."""
+    b = e.bundle()
+    target = e.write("home/.bashrc", "the user's file")
+    (b / entry).unlink(missing_ok=True)
+    (b / entry).symlink_to(target)
+    return b
+
+
+case("hostile-gate-link", "gate", "a bundle whose gate.json is a link to a file outside it", lambda e: ["gate", _planted_link(e, "gate.json")],
+     "gate.json is a symbolic link inside the bundle")  # fmt: skip
+
+
+def _planted_fifo(e: Env, entry: str) -> Path:
+    b = e.bundle()
+    (b / entry).unlink()
+    os.mkfifo(b / entry)
+    return b
+
+
+case("hostile-vocab-fifo", "generate", "a bundle whose tokenizer/vocab.tsv is a named pipe",
+     lambda e: ["generate", _planted_fifo(e, "tokenizer/vocab.tsv"), "--prompt", "hi"],
+     "vocab.tsv is a named pipe inside the bundle")  # fmt: skip
+
 
 def _checkpoint_inside_target(e: Env) -> list:
     b = e.bundle(name="target")
@@ -621,11 +681,14 @@ case("gate-read-only-bundle", "gate", "a bundle that cannot be written (checked 
      lambda e: ["gate", e.immutable(e.bundle())], "the gate transcript")  # fmt: skip
 case("gate-transcript-fifo", "gate", "a bundle whose gate.json is a named pipe (it would block)",
      lambda e: ["gate", (lambda b: (b / "gate.json").unlink() or os.mkfifo(b / "gate.json") or b)(e.bundle())],
-     "is not a regular file")  # fmt: skip
+     "gate.json is a named pipe inside the bundle")  # fmt: skip
 case("gate-transcript-dir", "gate", "a bundle whose gate.json is a directory",
      lambda e: ["gate", (lambda b: (b / "gate.json").unlink() or (b / "gate.json").mkdir() or b)(e.bundle())], "is a directory")  # fmt: skip
 
 # === the bundle and its manifest (read by every command; shown with inspect and generate) ===
+case("manifest-prefill-function-missing", "generate", "a manifest naming a prefill function the asset lacks",
+     lambda e: ["generate", e.bundle(lambda d: d["prefill"].__setitem__("function", "prefill_x")), "--prompt", "hi"],
+     "the manifest names function 'prefill_x', which the asset does not have")  # fmt: skip
 for field_name in ("bundle_id", "name", "architecture", "config", "source", "states", "plan", "asset", "inputs", "outputs", "recipe"):
     case(f"manifest-missing-{field_name}", "inspect", f"a manifest without its `{field_name}` field",
          lambda e, f=field_name: ["inspect", e.bundle(_drop(f))], f"missing field {field_name!r}")  # fmt: skip
@@ -826,6 +889,35 @@ case("chat-state-garbage", "chat", "--state that is not a snapshot", lambda e: [
      "not a valid ssmport state snapshot")  # fmt: skip
 case("chat-state-truncated", "chat", "a truncated --state",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.write("s.st", e.snapshot.read_bytes()[:-64])], "not a valid ssmport state snapshot")  # fmt: skip
+def _edited_snapshot(e: Env, edit: Callable[[dict], None]) -> Path:
+    """A copy of the shared snapshot whose tensors `edit` changes (header kept)."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(e.snapshot), "np") as f:
+        tensors, metadata = {k: f.get_tensor(k) for k in f.keys()}, f.metadata()  # noqa: SIM118 (safe_open has no __iter__)
+    edit(tensors)
+    save_file(tensors, str(e.path("s.st")), metadata=metadata)
+    return e.path("s.st")
+
+
+def _nan_state(tensors: dict) -> None:
+    name = next(k for k in tensors if k.startswith("state.") and tensors[k].dtype.kind == "f")
+    tensors[name] = tensors[name].copy()
+    tensors[name].flat[0] = float("nan")
+
+
+case("chat-state-nan", "chat", "--state whose states hold NaN", lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", _edited_snapshot(e, _nan_state)],
+     "holds NaN or infinite values")  # fmt: skip
+case("chat-state-token-out-of-vocab", "chat", "--state whose token list holds an id outside the vocabulary",
+     lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", _edited_snapshot(e, lambda t: t.__setitem__("tokens", t["tokens"] * 0 + 99999))],
+     "holds token id 99999, outside the bundle's vocabulary")  # fmt: skip
+case("export-checkpoint-fifo", "export", "a named pipe given as the checkpoint",
+     lambda e: ["export", (lambda p: os.mkfifo(p) or p)(e.path("model.pth")), *_out(e)], "a named pipe, not a regular file")  # fmt: skip
+case("export-vocab-device", "export", "a device given as --vocab", lambda e: ["export", e.pth, "--vocab", "/dev/zero", *_out(e)],
+     "a device, not a regular file")  # fmt: skip
+
+
 case("chat-state-device", "chat", "--state /dev/zero (never read forever)",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", "/dev/zero"], "not a regular file")  # fmt: skip
 case("chat-state-dir", "chat", "--state that is a directory", lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.tmp], "cannot read (Is a directory)")

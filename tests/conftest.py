@@ -113,3 +113,18 @@ def multi_function_bundle(bundles):
                     name="rwkv7-tiny-two-functions", prefill_chunk=8)  # fmt: skip
     assert result.manifest.prefill.function == "prefill"
     return result.path
+
+
+@pytest.fixture(scope="session")
+def world_bundle(tmp_path_factory) -> dict[str, Path]:
+    """A tiny RWKV-7 bundle with a small World tokenizer, a prefill function and a gate record
+    (tests of what commands do with a bundle's files); `pth` is its source."""
+    from ssmport.exporter import export
+    from test_bad_inputs import small_world_vocab
+
+    root = tmp_path_factory.mktemp("world-bundle")
+    (root / "rwkv").mkdir()
+    pth = write_pth(root / "rwkv" / "r.pth", blinkdl_state_dict(Dims(), seed=5))
+    (root / "rwkv" / "rwkv_vocab_v20230424.txt").write_text(small_world_vocab())
+    bundle = export(str(pth), root / "bundles", quant="fp32", gate_steps=2, progress=False, prefill_chunk=8).path
+    return {"pth": pth, "bundle": bundle}

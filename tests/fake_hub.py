@@ -59,6 +59,9 @@ class Misbehaviour:
     wrong_sha256: set[str] = field(default_factory=set)  # file names whose reported sha256 is wrong
     huge: set[str] = field(default_factory=set)  # file names reported as 10**15 bytes
     while_sending: dict[str, Callable[[], None]] = field(default_factory=dict)  # called half-way through a file
+    status: int | None = None  # every request answered with this HTTP status (500, 429), Retry-After 0
+    html: bool = False  # every request answered 200 with an HTML page (a captive portal, a proxy)
+    silent: bool = False  # every connection accepted and read, never answered (until the hub stops)
 
 
 class FakeHub:
@@ -70,6 +73,7 @@ class FakeHub:
         self.bad = Misbehaviour()
         self.requests: list[tuple[str, str, dict[str, str]]] = []
         self._server: ThreadingHTTPServer | None = None
+        self.stopping = threading.Event()
 
     # --- content ---------------------------------------------------------------------
     def add_repo(self, repo_id: str, files: dict[str, bytes], gated: bool = False, branch: str = "main") -> str:
@@ -97,6 +101,7 @@ class FakeHub:
         return self
 
     def stop(self) -> None:
+        self.stopping.set()
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -138,6 +143,24 @@ class _Handler(BaseHTTPRequestHandler):
     def _route(self, body: bool) -> None:
         fake = self.fake
         fake.requests.append((self.command, self.path, dict(self.headers)))
+        if fake.bad.silent:
+            fake.stopping.wait()
+            return
+        if fake.bad.status is not None:
+            self.send_response(fake.bad.status)
+            self.send_header("Retry-After", "0")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if fake.bad.html:
+            page = b"<html><body>Please log in to the guest network</body></html>"
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(page)))
+            self.end_headers()
+            if body:
+                self.wfile.write(page)
+            return
         url = urlsplit(self.path)
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         if parts[:1] == ["cdn"] and len(parts) == 2:

@@ -237,6 +237,32 @@ def test_unknown_repo(hub, tmp_path, capsys):
     fails(capsys, tmp_path, "nobody/nothing: no such model repository on the Hub (nor a local path)", "nobody/nothing")
 
 
+def test_an_invalid_repo_id(hub, tmp_path, capsys):
+    fails(capsys, tmp_path, "h/..: not a valid Hub repo id", "h/..")  # was HFValidationError (exit 70)
+
+
+def test_a_captive_portal_answering_200_with_html(hub, tmp_path, capsys):
+    hub.bad.html = True  # was JSONDecodeError (exit 70)
+    fails(capsys, tmp_path, "org/repo: the Hub's answer is not JSON", "org/repo")
+
+
+@pytest.mark.parametrize("status", [500, 429])
+def test_a_hub_that_answers_errors_is_one_line(hub, tmp_path, capsys, status):
+    hub.bad.status = status
+    fails(capsys, tmp_path, "org/repo: ", "org/repo")
+
+
+def test_a_hub_that_never_answers_times_out(hub, tmp_path, capsys, monkeypatch):
+    """The client's requests had no timeout: a server that accepts and never answers hung the
+    export forever. HF_HUB_ETAG_TIMEOUT / HF_HUB_DOWNLOAD_TIMEOUT bound each wait."""
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "1")
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "1")
+    hub.bad.silent = True
+    started = time.monotonic()
+    fails(capsys, tmp_path, "the Hub cannot be used (timed out)", "org/repo")
+    assert time.monotonic() - started < 40
+
+
 def test_unknown_revision(hub, pth_bytes, tmp_path, capsys):
     hub.add_repo("org/tiny", {"tiny.pth": pth_bytes})
     fails(capsys, tmp_path, "org/tiny@v9: the repo has no revision 'v9'", "org/tiny@v9")

@@ -37,6 +37,10 @@ def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DEC
     splits = arch.apple_state_splits(config)
     if splits is None:
         raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")
+    context = min((s.context for s in decode.specs if s.context is not None), default=None)
+    if context is not None and context < TRACE_POSITIONS:  # torch.export traces a KV cache at 16 positions
+        raise SsmportError(f"--context {context}: the apple layout needs a KV cache of at least {TRACE_POSITIONS} "
+                           "positions (it is traced with that many); give a larger --context")  # fmt: skip
     rows = max_rows(arch, decode.specs)
     main = AppleLM(decode, splits, True, rows, one_token=main_form == DECODE_MAIN).eval()
     return main, (AppleLM(decode, splits, False, rows).eval() if with_prefill else None)

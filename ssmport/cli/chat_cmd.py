@@ -87,6 +87,8 @@ def run(args) -> int:
             session.transcript = list(snap.tokens)
         if bundle.manifest.synthetic_weights:
             print("[synthetic weights: replies are noise by design]", file=sys.stderr)
+        if template.continues:
+            print(f"[{template.continues}]", file=sys.stderr)
         if script is None and sys.stdin is not None and sys.stdin.isatty():
             print(HELP_LINES, file=sys.stderr)
         turns: list[tuple[list[int], str]] = []  # (transcript before the turn, message)

@@ -48,8 +48,8 @@ def run(args) -> int:
         raise SsmportError(f"{bundle.path}: the manifest names recipe {bundle.manifest.recipe.name!r}, which this "
                            f"ssmport does not know ({', '.join(RECIPES)}); re-export the bundle")  # fmt: skip
     if not args.compare:  # the gate records its transcript in the bundle: check that it can, first
-        check_output(bundle.path / GATE, "the gate transcript", streams=False)
-        check_output(bundle.path / MANIFEST, "the bundle manifest", streams=False)
+        check_output(bundle.path / GATE, "the gate transcript", streams=False, follow_links=False)
+        check_output(bundle.path / MANIFEST, "the bundle manifest", streams=False, follow_links=False)
     vocab = bundle.manifest.vocab_size
     streams = []
     if args.tokens_file:

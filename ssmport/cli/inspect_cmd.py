@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 
 from ssmport.cli.common import human_bytes
@@ -31,10 +30,12 @@ def run(args) -> int:
     m = bundle.manifest
     on_disk = dir_bytes(bundle.asset_path)
     if args.json:
+        from ssmport.strict_json import dumps_standard
+
         out = m.to_json()
         if not args.plan:
             out["plan"] = {"summary": m.plan["summary"]}
-        print(json.dumps(out | {"asset_bytes_on_disk": on_disk}, indent=2))
+        print(dumps_standard(out | {"asset_bytes_on_disk": on_disk}, indent=2))
         return 0
     synthetic = "  [SYNTHETIC WEIGHTS]" if m.synthetic_weights else ""
     print(f"{m.name}  ({m.architecture}, ssmport {m.ssmport_version}){synthetic}")

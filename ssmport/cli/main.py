@@ -82,7 +82,11 @@ class _GuardedStdout:
             raise OutputError(f"cannot write to standard output ({exc.strerror or exc})") from None
 
     def write(self, text: str) -> int:
-        return self._guard(self._stream.write, text)
+        try:
+            return self._guard(self._stream.write, text)
+        except UnicodeEncodeError:  # PYTHONIOENCODING=ascii, a Latin-1 locale: show "?" for what it cannot
+            encoding = getattr(self._stream, "encoding", None) or "ascii"
+            return self._guard(self._stream.write, text.encode(encoding, "replace").decode(encoding))
 
     def flush(self) -> None:
         self._guard(self._stream.flush)

@@ -30,6 +30,7 @@ class BundledModel:
     # (tools/rwkv7_pydoc/train_log.jsonl, last line)
     reference_loss: float
     split_loss: float
+    chat: bool = False  # trained on a chat format; otherwise `ssmport chat` continues the text
 
 
 BUNDLED = {

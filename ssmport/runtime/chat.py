@@ -40,6 +40,7 @@ class ChatTemplate:
     next_user: str  # the same for later turns (it carries the separator after a reply)
     stop_strings: tuple[str, ...]
     eos_ids: tuple[int, ...]
+    continues: str | None = None  # why the text is continued instead (no chat format): said once
 
     def user_turn(self, message: str, first: bool) -> str:
         return (self.first_user if first else self.next_user).replace("{message}", message)
@@ -60,8 +61,13 @@ def chat_template(bundle: Bundle, tokenizer=None) -> ChatTemplate:
     """The bundle's chat format: the fixed one of its tokenizer kind (RWKV World), else the
     Jinja template its checkpoint shipped (tokenizer_config.json, copied into the bundle at
     export; ssmport.tokenizers.chat_template), whose stop tokens need the bundle's `tokenizer`."""
+    from ssmport.pretrained import bundled_model_of
+
     m = bundle.manifest
     kind = m.tokenizer.kind if m.tokenizer else None
+    shipped = bundled_model_of(m.source)
+    if shipped is not None and not shipped.chat:  # rwkv7-pydoc: the World format would end every reply at once
+        return _continuation(tokenizer, f"{shipped.preset} was trained on plain text, not on a chat format")
     if kind in CHAT_TEMPLATES:
         return CHAT_TEMPLATES[kind]
     if m.tokenizer is not None and m.tokenizer.chat_template is not None and tokenizer is not None:
@@ -69,8 +75,13 @@ def chat_template(bundle: Bundle, tokenizer=None) -> ChatTemplate:
 
         first, later, stops = chat_turns(bundle.path / Path(m.tokenizer.chat_template).parent, tokenizer)
         return ChatTemplate(first_user=first, next_user=later, stop_strings=(), eos_ids=stops)
-    raise SsmportError(f"{m.name}: no chat template (tokenizer kind {kind!r}, and its checkpoint shipped no "
-                       "tokenizer_config.json chat_template)")  # fmt: skip
+    return _continuation(tokenizer, f"{m.name} has no chat template (its checkpoint shipped none)")
+
+
+def _continuation(tokenizer, why: str) -> ChatTemplate:
+    """No chat format: each line is appended to the text so far and the model continues it."""
+    eos = tuple(getattr(tokenizer, "eos_ids", ()) or ())
+    return ChatTemplate("{message}", "{message}", (), eos, continues=f"{why}: it continues your text")
 
 
 @dataclass

@@ -37,6 +37,14 @@ from ssmport.state import KV, check_room
 _LIVE: weakref.WeakSet[Runner] = weakref.WeakSet()
 
 
+def _check_functions(bundle: Bundle, present: list[str], wanted: list[str | None]) -> None:
+    """A manifest naming a function its asset lacks is a damaged bundle (the runtime's KeyError)."""
+    for name in wanted:
+        if name is not None and name not in present:
+            raise BundleError(f"{bundle.path}: the manifest names function {name!r}, which the asset does not have "
+                              f"(it has {', '.join(present) or 'none'})")  # fmt: skip
+
+
 @atexit.register
 def _close_live_runners() -> None:
     for runner in list(_LIVE):
@@ -73,6 +81,7 @@ class Runner:
                 lowered, self.lowered_now = ensure_lowered(self.bundle, rebuild=True)
                 self._model = self._loop.run_until_complete(AIModel.load(lowered))
             traced = {} if profiler is None else {"profiler": profiler}
+            _check_functions(self.bundle, list(self._model.function_names), [function, prefill_entry and prefill_entry.function])
             self._fn = self._model.load_function(function, **traced)
             self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
@@ -131,6 +140,7 @@ class Runner:
 
     def state(self, name: str) -> np.ndarray:
         """The current value of a state (a copy)."""
+        self._check_open()
         return self._bound[name].numpy().copy()
 
     def snapshot(self) -> StateSnapshot:
@@ -162,7 +172,12 @@ class Runner:
     def _check_room(self, n: int) -> None:
         check_room(len(self.tokens), n, self.context)
 
+    def _check_open(self) -> None:
+        if not hasattr(self, "_fn"):
+            raise SsmportError("this Runner is closed (close() or the end of its with block); open the bundle again")
+
     def _check_ids(self, tokens: list[int]) -> None:
+        self._check_open()
         bad = [t for t in tokens if not 0 <= int(t) < self.vocab_size]
         if bad:
             raise SsmportError(f"token id {bad[0]} is outside the vocabulary [0, {self.vocab_size})")
@@ -195,6 +210,7 @@ class Runner:
         this way). The runner's own states and token list are not touched."""
         from coreai.runtime import NDArray
 
+        self._check_open()
         fn = {self.bundle.manifest.main.function: self._fn}.get(function)
         if fn is None and self._prefill is not None and function == self.bundle.manifest.prefill.function:
             fn = self._prefill

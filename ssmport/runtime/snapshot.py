@@ -59,6 +59,13 @@ class StateSnapshot:
         got = [(n, a.shape, str(a.dtype)) for n, a in self.states.items()]
         if got != want:
             raise SsmportError(f"state snapshot holds states {got}; the bundle's are {want}")
+        bad = [t for t in self.tokens if not 0 <= t < manifest.vocab_size]
+        if bad:
+            raise SsmportError(f"state snapshot holds token id {bad[0]}, outside the bundle's vocabulary "
+                               f"[0, {manifest.vocab_size})")  # fmt: skip
+        for name, value in self.states.items():
+            if value.dtype.kind == "f" and not np.isfinite(value).all():  # a chat from it would print noise
+                raise SsmportError(f"state snapshot's state {name} holds NaN or infinite values")
 
     def save(self, path: str | Path) -> Path:
         """Write as safetensors (states + the token list as int32) with a JSON header in its

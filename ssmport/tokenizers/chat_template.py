@@ -20,7 +20,11 @@ lstrip_blocks, the loopcontrols extension, `tojson`, `raise_exception` and `strf
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -68,25 +72,87 @@ def _read_config(path: Path) -> dict:
     return data
 
 
+# A template comes from a checkpoint or a bundle, not from the user: its work is bounded.
+MAX_TEMPLATE_SECONDS = 5.0
+MAX_TEMPLATE_CHARS = 1 << 20  # a rendered turn, and any string or list the template builds
+
+
 def render(source: str, messages: list[dict], config: dict, where: str) -> str:
-    """The template rendered as transformers renders it, with add_generation_prompt."""
+    """The template rendered as transformers renders it, with add_generation_prompt, within
+    MAX_TEMPLATE_SECONDS and MAX_TEMPLATE_CHARS; any failure is one line naming `where`."""
     import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     def raise_exception(message):
         raise jinja2.TemplateError(message)
 
+    env = _environment()
+    env.globals.update(raise_exception=raise_exception)
+    specials = {k: token_text(config.get(k)) for k in _SPECIAL_KEYS if token_text(config.get(k)) is not None}
+    try:
+        with _time_limit(MAX_TEMPLATE_SECONDS):
+            pieces, size = [], 0
+            for piece in env.from_string(source).generate(messages=messages, add_generation_prompt=True, **specials):
+                size += len(piece)
+                if size > MAX_TEMPLATE_CHARS:
+                    raise _TooBig(f"it writes more than {MAX_TEMPLATE_CHARS:,} characters")
+                pieces.append(piece)
+            return "".join(pieces)
+    except Exception as exc:  # noqa: BLE001 (a template can fail any way: {% include %}, recursion, overflow)
+        raise SsmportError(f"{where}: the chat template does not render ({type(exc).__name__}: {exc})") from None
+
+
+class _TooBig(Exception):
+    pass
+
+
+def _environment():
+    """transformers' settings, in a sandbox whose `*` and `**` refuse results too large to build
+    (`'x' * 4000000000` took 23 s and 4 GB before failing)."""
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Bounded(ImmutableSandboxedEnvironment):
+        intercepted_binops = frozenset({"*", "**"})
+
+        def call_binop(self, context, operator, left, right):
+            if operator == "**" and isinstance(right, int | float) and abs(right) > 256:
+                raise _TooBig(f"{left!r:.20} ** {right!r:.20} is too large")
+            if operator == "*" and isinstance(right, int) and isinstance(left, str | list | tuple):
+                left, right = right, left
+            if operator == "*" and isinstance(left, int) and isinstance(right, str | list | tuple):
+                if left * len(right) > MAX_TEMPLATE_CHARS:
+                    raise _TooBig(f"a repetition of {left:,} x {len(right):,} is too large")
+            return super().call_binop(context, operator, left, right)
+
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
 
-    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
+    env = Bounded(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception, strftime_now=lambda f: datetime.now().strftime(f))
-    specials = {k: token_text(config.get(k)) for k in _SPECIAL_KEYS if token_text(config.get(k)) is not None}
+    env.globals.update(strftime_now=lambda f: datetime.now().strftime(f))
+    return env
+
+
+@contextlib.contextmanager
+def _time_limit(seconds: float):
+    """Raise TimeoutError in the block after `seconds` (SIGALRM; only in the main thread, where
+    the CLI renders). A timer already armed (a caller's) is re-armed with what it had left."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expired(signum, frame):
+        raise TimeoutError(f"it ran for more than {seconds:g} s")
+
+    start = time.monotonic()
+    previous = signal.signal(signal.SIGALRM, expired)
+    outer, _ = signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        return env.from_string(source).render(messages=messages, add_generation_prompt=True, **specials)
-    except jinja2.TemplateError as exc:
-        raise SsmportError(f"{where}: the chat template does not render ({type(exc).__name__}: {exc})") from None
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        if outer:
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - start), 0.001))
 
 
 def turn_pieces(source: str, config: dict, where: str) -> tuple[str, str]:
