@@ -22,15 +22,14 @@ PLUGIN = textwrap.dedent(
     """
     import sys
     import torch
-    import torch.nn.functional as F
     from torch import nn
 
     import ssmport
     from ssmport.checkpoint import DictSource, MappedSource, check_strict
-    from ssmport.state import register_states, write_once
+    from ssmport.state import register_states
 
     sys.path.insert(0, {tests!r})
-    from toyrnn import Toy, ToyConfig, make_toy
+    from toyrnn import Toy, ToyConfig, ToyDecode, make_toy
 
 
     def shapes(c):
@@ -38,9 +37,9 @@ PLUGIN = textwrap.dedent(
                  "w": (c.layers, c.width, c.width), "decay": (c.layers, c.width)}}
 
 
-    class Decode(nn.Module):
+    class Decode(ToyDecode):  # the toy's forward, over weights that are views of one tensor each
         def __init__(self, arch, c, src, b, state_dtype):
-            super().__init__()
+            nn.Module.__init__(self)
             w, decay = src["w"], src["decay"]  # read once: every layer's weight is a view of them
             self.emb = b.table("emb", src["emb"], "embedding")
             self.w = nn.ModuleList(b.matmul(f"w.{{i}}", w[i], "state_proj") for i in range(c.layers))
@@ -48,17 +47,6 @@ PLUGIN = textwrap.dedent(
             self.out = b.matmul("out", src["out"].t(), "head", out_dtype=b.recipe.logits_dtype)
             self.vocab = c.vocab_size
             register_states(self, arch.state_specs(c, state_dtype))
-
-        def forward(self, input_ids, position_ids):
-            x = F.embedding(input_ids.view(1), self.emb).float()
-            new = []
-            for i, w in enumerate(self.w):
-                a = torch.sigmoid(self.decay[i])
-                h = a * self.h[i].float() + (1 - a) * torch.tanh(w(x))
-                new.append(h)
-                x = x + h
-            write_once(self.h, new)
-            return self.out(x).view(1, 1, self.vocab)
 
 
     class Reference:
