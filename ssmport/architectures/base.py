@@ -251,7 +251,7 @@ class Architecture(ABC):
         tested against (`zero_state()`, then `step(token, state) -> logits [V]`)."""
 
     def apple_state_splits(self, config: ArchConfig) -> list | None:
-        """How the apple layout stores this architecture's states (`ssmport.apple.graph.StateSplit`:
+        """How the apple layout stores this architecture's states (`ssmport.state.StateSplit`:
         a native state kept as parts, e.g. so a pure-recurrent model has three states; [] keeps
         them as they are). None: no apple layout (its chunk forms must be loop-free and
         shape-polymorphic in T first). Default: None."""

@@ -13,7 +13,7 @@ from ssmport.errors import CheckpointError
 from ssmport.models.gated_deltanet import block, checkpoints, quant, synthetic
 from ssmport.models.gated_deltanet.config import PRESETS, GatedDeltaNetConfig
 from ssmport.models.gated_deltanet.reference import GatedDeltaNetReference
-from ssmport.apple.graph import StatePart, StateSplit
+from ssmport.state import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.state import StateSpec
 

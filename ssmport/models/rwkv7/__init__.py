@@ -12,7 +12,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.models.rwkv7 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv7.config import PRESETS, WORLD_VOCAB_ROWS, RWKV7Config
 from ssmport.models.rwkv7.reference import RWKV7Reference
-from ssmport.apple.graph import StatePart, StateSplit
+from ssmport.state import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.ops import wkv7
 from ssmport.state import StateSpec
