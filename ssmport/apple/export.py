@@ -32,8 +32,6 @@ def max_rows(arch, specs) -> int:
 def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DECODE_MAIN) -> tuple[AppleLM, AppleLM | None]:
     """`main` (in `main_form`, see ssmport.apple.graph) and (optionally) `prefill` of the apple
     layout over the decode module's blocks."""
-    if main_form not in APPLE_MAINS:
-        raise SsmportError(f"unknown --apple-main {main_form!r}; choose one of: {', '.join(APPLE_MAINS)}")
     splits = arch.apple_state_splits(config)
     if splits is None:
         raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")

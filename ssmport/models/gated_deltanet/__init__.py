@@ -54,5 +54,7 @@ GATED_DELTANET = _GatedDeltaNet(
     hf_architectures=("GatedDeltaNetForCausalLM", "GatedDeltaNetModel"),
     presets=PRESETS,
     tiny_preset="gated-deltanet-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "num_heads", "head_dim", "num_v_heads", "head_v_dim",
+                 "intermediate_size"),
     **package_parts(GatedDeltaNetConfig, GatedDeltaNetReference, checkpoints, synthetic, block, quant),
 )

@@ -61,6 +61,7 @@ RWKV7 = _RWKV7(
     hf_architectures=("RWKV7ForCausalLM", "RWKV7Model"),
     presets=PRESETS,
     tiny_preset="rwkv7-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size"),  # LoRA ranks: the weights say
     max_prefill_chunk=wkv7.MAX_CHUNK,
     **package_parts(RWKV7Config, RWKV7Reference, checkpoints, synthetic, block, quant),
 )
