@@ -138,10 +138,6 @@ class StateSplit:
     parts: tuple[StatePart, ...]
 
 
-# The row moves every state needs live in ssmport.ops.rows; these names stay importable from
-# here for architectures written against earlier versions (examples, plugins).
-from ssmport.ops.rows import read_layer, read_layer_by_matmul, stack_rows, write_once  # noqa: E402
-
 __all__ = ["NUMPY_DTYPES", "STATE_DTYPES", "StatePart", "StateSpec", "StateSplit", "check_room", "dtype_name",
-           "read_layer", "read_layer_by_matmul", "register_states", "stack_rows", "write_once"]  # fmt: skip
+           "register_states"]  # fmt: skip
 
