@@ -21,9 +21,7 @@ import numpy as np
 import torch
 
 from ssmport.errors import SsmportError
-from ssmport.manifest import DYNAMIC_DIM, with_positions
-
-FIXED, KV = "fixed", "kv"
+from ssmport.manifest import DYNAMIC_DIM, FIXED, KV, with_positions
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -138,6 +136,6 @@ class StateSplit:
     parts: tuple[StatePart, ...]
 
 
-__all__ = ["NUMPY_DTYPES", "STATE_DTYPES", "StatePart", "StateSpec", "StateSplit", "check_room", "dtype_name",
-           "register_states"]  # fmt: skip
+__all__ = ["FIXED", "KV", "NUMPY_DTYPES", "STATE_DTYPES", "StatePart", "StateSpec", "StateSplit", "check_room",
+           "dtype_name", "register_states"]  # fmt: skip
 
