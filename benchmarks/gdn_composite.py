@@ -36,7 +36,7 @@ import torch
 
 import ssmport  # noqa: F401  (silences coreai-torch's version warning)
 from ssmport.ops.delta_rule import step as delta_rule_step
-from ssmport.state import read_layer, read_layer_by_matmul, write_once
+from ssmport.ops.rows import read_layer, read_layer_by_matmul, write_once
 
 INPUTS = ("q", "k", "v", "g", "beta")
 

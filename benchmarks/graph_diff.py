@@ -42,7 +42,7 @@ def op_counts(text: str) -> collections.Counter:
     return collections.Counter(re.findall(r"= (coreai\.[a-z_.]+)", text))
 
 
-def dump(out: Path, presets: list[str]) -> None:
+def dump(out: Path, presets: list[str], layout: str = "ssmport") -> None:
     import torch
 
     from ssmport.exporter import convert
@@ -55,9 +55,9 @@ def dump(out: Path, presets: list[str]) -> None:
         model = load_model(preset, synthetic=True)
         for recipe in RECIPES:
             builder = WeightBuilder(get_recipe(recipe), model.architecture.keeps_float)
-            program = convert(model, builder, torch.float32, prefill_chunk=CHUNK).program
+            program = convert(model, builder, torch.float32, prefill_chunk=CHUNK, layout=layout).program
             for function, text in graph_texts(program).items():
-                graphs[f"{preset}/{recipe}/{function}"] = normalized(text)
+                graphs[f"{preset}/{recipe}/{function}" + ("" if layout == "ssmport" else f"/{layout}")] = normalized(text)
             print(preset, recipe, flush=True)
     out.write_text(json.dumps(graphs) + "\n")
 
@@ -89,12 +89,13 @@ def main() -> None:
     d = sub.add_parser("dump", help="print this tree's graphs (the ssmport on PYTHONPATH) to a JSON file")
     d.add_argument("out", type=Path)
     d.add_argument("--preset", action="append", help=f"default: {', '.join(PRESETS)}")
+    d.add_argument("--layout", default="ssmport", help="the bundle layout whose graphs to print (default ssmport)")
     c = sub.add_parser("compare", help="exit 1 if any graph's ops differ")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     a = p.parse_args()
     if a.command == "dump":
-        dump(a.out, a.preset or list(PRESETS))
+        dump(a.out, a.preset or list(PRESETS), a.layout)
     else:
         sys.exit(compare(a.before, a.after))
 

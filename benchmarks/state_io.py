@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 import ssmport  # noqa: F401  (silences coreai-torch's version warning)
-from ssmport.state import read_layer, stack_rows, write_once
+from ssmport.ops.rows import read_layer, stack_rows, write_once
 
 from coreai_micro import call_times_ms  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 

@@ -30,16 +30,15 @@ import torch
 
 from ssmport import __version__
 from ssmport._quiet import python_stdout_captured
-from ssmport.apple.graph import APPLE_MAINS
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_bytes, staged_directory
 from ssmport.contract import GraphSignature, check_contract, read_signature
 from ssmport.errors import SsmportError
-from ssmport.files import check_room
+from ssmport.export_options import ExportOptions
+from ssmport.files import check_free_space
 from ssmport.interrupts import interrupts_deferred
 from ssmport.manifest import (
-    LAYOUTS,
     AssetEntry,
     FunctionEntry,
     Manifest,
@@ -49,17 +48,14 @@ from ssmport.manifest import (
     TokenizerEntry,
 )  # fmt: skip
 from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
-from ssmport.parity import MAX_GATE_TOKENS
-from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, check_chunk, example_inputs
+from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder, storage_key, summarize_plan
 from ssmport.sources import load_model, source_paths, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
 
-DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
 EXPORT_GATE_PROMPTS = 1
-EXPORT_GATE_STEPS = 8
 ASSET_OVERHEAD = 1 << 20  # the asset's graph and metadata beside the weights the plan counts
 
 
@@ -77,75 +73,42 @@ def default_quant(model: LoadedModel) -> str:
     return "fp32" if model.synthetic else "int8keepproj"
 
 
-def export(
-    spec: str | Path | LoadedModel,
-    out: str | Path,
-    *,
-    quant: str | None = None,
-    state_dtype: str | None = None,
-    weights: str | Path | None = None,
-    synthetic: bool = False,
-    seed: int = 0,
-    vocab: str | Path | None = None,
-    file: str | None = None,
-    name: str | None = None,
-    overwrite: bool = False,
-    gate: bool = True,
-    gate_steps: int = EXPORT_GATE_STEPS,
-    progress: bool = True,
-    prefill_chunk: int | None = DEFAULT_CHUNK,
-    layout: str = "ssmport",
-    apple_main: str = "decode",
-    context: int | None = None,
-    profile_memory: bool = False,
-) -> ExportResult:
+def export(spec: str | Path | LoadedModel, out: str | Path, options: ExportOptions | None = None,
+           **kwargs: Any) -> ExportResult:  # fmt: skip
     """Export `spec` (preset, checkpoint path, Hub repo, or an already loaded model) as a
-    bundle under directory `out`. `prefill_chunk` None: a decode-only bundle (no "prefill").
-    `layout` "apple": the functions, states and files Apple's engines load and drive
-    (docs/apple-engines.md), with `apple_main` "decode" (one token per call) or "chunk" (ssmport.apple.graph);
-    the default "ssmport" is the M=1 decode graph + padded chunks. `context`: the positions a
-    model with a KV cache holds (None: its config's default).
-    `profile_memory`: trace the peak RSS of every stage (ssmport.memory) into the manifest."""
+    bundle under directory `out`, as `options` say (or the ExportOptions fields given as
+    keyword arguments: `export(spec, out, quant="fp32", layout="apple")`)."""
+    if options is None:
+        options = ExportOptions(**kwargs)
+    elif kwargs:
+        raise TypeError("pass either an ExportOptions or its fields as keyword arguments, not both")
+    return _export(spec, out, options)
+
+
+def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -> ExportResult:
     started = time.perf_counter()
-    state_dtype = state_dtype or DEFAULT_STATE_DTYPE
-    if state_dtype not in STATE_DTYPES:
-        raise SsmportError(f"unknown --state-dtype {state_dtype!r}; choose fp32 or fp16")
-    if quant is not None:
-        get_recipe(quant)  # fail on a bad name before any loading
-    if gate and not 1 <= gate_steps <= MAX_GATE_TOKENS:
-        raise SsmportError(f"--gate-steps must be at least 1 and at most {MAX_GATE_TOKENS:,} (or pass --no-gate)")
-    if gate and isinstance(context, int) and 1 <= context < gate_steps:  # found by the gate at the very end, before
-        raise SsmportError(f"--context {context} holds fewer positions than the export gate's {gate_steps} tokens "
-                           "(--gate-steps); give a larger --context, fewer --gate-steps, or --no-gate")  # fmt: skip
-    check_chunk(prefill_chunk)
-    if layout not in LAYOUTS:
-        raise SsmportError(f"unknown --layout {layout!r}; choose one of: {', '.join(LAYOUTS)}")
-    if apple_main not in APPLE_MAINS:
-        raise SsmportError(f"unknown --apple-main {apple_main!r}; choose one of: {', '.join(APPLE_MAINS)}")
-    trace = MemoryTrace() if profile_memory else contextlib.nullcontext()
-    with interrupts_deferred(), trace, TracedStages(enabled=progress) as stages:  # see ssmport.interrupts
+    trace = MemoryTrace() if o.profile_memory else contextlib.nullcontext()
+    with interrupts_deferred(), trace, TracedStages(enabled=o.progress) as stages:  # see ssmport.interrupts
         with stages.stage("Reading checkpoint"):
             if isinstance(spec, LoadedModel):
                 model = spec
             else:
-                model = load_model(
-                    str(spec), weights=weights, synthetic=synthetic, seed=seed, vocab=vocab, file=file, display=stages
-                )
-            if context is not None:
-                model = with_context(model, context)
-        recipe = get_recipe(quant or default_quant(model))
-        longest = model.architecture.max_prefill_chunk
-        if layout == "ssmport" and prefill_chunk is not None and longest is not None and prefill_chunk > longest:
-            raise SsmportError(f"--prefill-chunk {prefill_chunk}: {model.architecture.name}'s chunkwise prefill is "
+                model = load_model(str(spec), weights=o.weights, synthetic=o.synthetic, seed=o.seed, vocab=o.vocab,
+                                   file=o.file, display=stages)  # fmt: skip
+            if o.context is not None:
+                model = with_context(model, o.context)
+        recipe = get_recipe(o.quant or default_quant(model))
+        longest, chunk = model.architecture.max_prefill_chunk, o.prefill_chunk
+        if o.layout == "ssmport" and chunk is not None and longest is not None and chunk > longest:
+            raise SsmportError(f"--prefill-chunk {chunk}: {model.architecture.name}'s chunkwise prefill is "
                                f"exact for chunks of up to {longest} tokens")  # fmt: skip
-        final = Path(out) / check_bundle_name(name or f"{model.name}-{recipe.name}")
-        with staged_directory(final, overwrite, protect=source_paths(model)) as tmp:
-            manifest = _build_bundle(
-                model, recipe.name, STATE_DTYPES[state_dtype], tmp, final.name, stages, prefill_chunk, layout, apple_main
-            )
+        final = Path(out) / check_bundle_name(o.name or f"{model.name}-{recipe.name}")
+        with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
+            manifest = _build_bundle(model, recipe.name, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
+                                     o.layout, o.apple_main)  # fmt: skip
             bundle = Bundle(tmp, manifest)
             headline = None
-            if gate:
+            if o.gate:
                 from ssmport.gate import gate_bundle  # imports the runtime only when needed
                 from ssmport.runtime.op_count import OpLog, count_ops, summarize
 
@@ -153,7 +116,7 @@ def export(
                 # more call would cost as much as a gate step (488 s at rwkv7-7.2b int8keepproj).
                 log = OpLog(keep=1)
                 report = gate_bundle(
-                    bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=gate_steps, stages=stages,
+                    bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=o.gate_steps, stages=stages,
                     profiler=log.profiler(),
                 )  # fmt: skip
                 headline = report.headline()
@@ -165,12 +128,12 @@ def export(
                     counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
             manifest.export["seconds"] = round(time.perf_counter() - started, 2)
-            if profile_memory:
+            if o.profile_memory:
                 trace.finish()
                 manifest.export["memory"] = trace.to_json()
-            manifest.export["peak_rss_mb"] = round(trace.peak_mb if profile_memory else maxrss_mb(), 1)
+            manifest.export["peak_rss_mb"] = round(trace.peak_mb if o.profile_memory else maxrss_mb(), 1)
             bundle.save_manifest()
-    return ExportResult(final, manifest, headline, trace if profile_memory else None)
+    return ExportResult(final, manifest, headline, trace if o.profile_memory else None)
 
 
 def _build_bundle(
@@ -192,7 +155,7 @@ def _build_bundle(
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
-        check_room(out, summarize_plan(builder.plan_json())["total"] + ASSET_OVERHEAD, "the asset")
+        check_free_space(out, summarize_plan(builder.plan_json())["total"] + ASSET_OVERHEAD, "the asset")
         _save_asset(converted, out / ASSET)
         with section("tokenizer"):
             tokenizer = _write_tokenizer(model, out)
@@ -204,7 +167,7 @@ def _build_bundle(
         name=name,
         architecture=arch.name,
         config=cfg.to_json(),
-        source=model.provenance,
+        source=_provenance(model),
         synthetic_weights=model.synthetic,
         recipe=RecipeEntry(recipe.name, recipe.description, dtype_name(state_dtype)),
         main=_function_entry(signature),
@@ -224,6 +187,15 @@ def _build_bundle(
         write_files(out, manifest, model)
     Bundle(out, manifest).save_manifest()
     return manifest
+
+
+def _provenance(model: LoadedModel) -> dict:
+    """The model's provenance, with the plugin that registered its architecture (if any), so
+    that `ssmport gate` without it can say which one the bundle needs."""
+    from ssmport.plugins import plugin_of
+
+    plugin = plugin_of(model.architecture.name)
+    return dict(model.provenance) | ({"plugin": plugin} if plugin else {})
 
 
 @dataclass

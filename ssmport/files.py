@@ -291,7 +291,7 @@ def _size(n: int) -> str:
     return f"{n / 1e9:.1f} GB" if n >= 1e8 else f"{n / 1e6:.1f} MB"
 
 
-def check_room(directory: Path, need: int, what: str) -> None:
+def check_free_space(directory: Path, need: int, what: str) -> None:
     """Refuse, before it starts, a write of about `need` bytes (one file at most that large)
     into `directory` that the disk's free space or the file-size limit (`ulimit -f`) cannot
     take: the writers of a Core AI asset and of a lowering (LLVM's) end the process on a

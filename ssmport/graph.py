@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -99,7 +99,7 @@ class CausalLM(nn.Module):
         self.layers = blocks if isinstance(blocks, nn.ModuleList) else nn.ModuleList(blocks)
         self.specs, self.chunk, self.all_logits = tuple(specs), chunk, all_logits
         register_states(self, list(specs))
-        self.slots = _slots(self.layers, self.specs)
+        self.slots = layer_slots(self.layers, self.specs)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, valid_len: torch.Tensor | None = None):
         T = self.chunk or 1
@@ -113,20 +113,45 @@ class CausalLM(nn.Module):
     def run_blocks(self, x: torch.Tensor, step: Step) -> torch.Tensor:
         """Every block over the rows x [T, C], then one write per state; the new rows.
         (The gate's layer-streamed reference runs a few blocks at a time through this.)"""
-        values: dict[str, list] = {s.name: [] for s in self.specs}
-        for layer, slots in zip(self.layers, self.slots):
-            slices = {name: read_layer(getattr(self, name), slot)[0] for name, slot in slots.items()}
-            x, new = layer(x, slices, step)
-            if set(new) != set(slots):
-                raise ValueError(f"{type(layer).__name__} returned states {sorted(new)}, declared {sorted(slots)}")
-            for name, value in new.items():
-                values[name].append(value)
-        for spec in self.specs:
-            _write(getattr(self, spec.name), spec, values[spec.name], step)
-        return x
+        return run_blocks(self.layers, self.slots, self.specs, x, step, self)
+
+    # The default state I/O (`StateIO`): the states are this module's buffers.
+    def read_state(self, name: str, slot: int) -> torch.Tensor:
+        return read_layer(getattr(self, name), slot)[0]
+
+    def write_state(self, spec: StateSpec, values: list, step: Step) -> None:
+        write_state_values(getattr(self, spec.name), spec, values, step)
 
 
-def _slots(layers: nn.ModuleList, specs: Sequence[StateSpec]) -> list[dict[str, int]]:
+class StateIO(Protocol):
+    """Where `run_blocks` reads a layer's state slices and writes every layer's new values:
+    a `CausalLM`'s own buffers, or a bundle layout's state arguments (ssmport.apple.graph)."""
+
+    def read_state(self, name: str, slot: int) -> torch.Tensor: ...
+
+    def write_state(self, spec: StateSpec, values: list, step: Step) -> None: ...
+
+
+def run_blocks(
+    layers: nn.ModuleList, slots: list[dict[str, int]], specs: Sequence[StateSpec], x: torch.Tensor, step: Step,
+    io: StateIO,
+) -> torch.Tensor:  # fmt: skip
+    """The one graph driver: every block over the rows x [T, C], reading each layer's state
+    slices from `io`, then one `io.write_state` per state (in `specs` order); the new rows."""
+    values: dict[str, list] = {s.name: [] for s in specs}
+    for layer, used in zip(layers, slots):
+        slices = {name: io.read_state(name, slot) for name, slot in used.items()}
+        x, new = layer(x, slices, step)
+        if set(new) != set(used):
+            raise ValueError(f"{type(layer).__name__} returned states {sorted(new)}, declared {sorted(used)}")
+        for name, value in new.items():
+            values[name].append(value)
+    for spec in specs:
+        io.write_state(spec, values[spec.name], step)
+    return x
+
+
+def layer_slots(layers: nn.ModuleList, specs: Sequence[StateSpec]) -> list[dict[str, int]]:
     """For each layer, its slot in the stack of every state it uses (the how-many-th user)."""
     count = {s.name: 0 for s in specs}
     slots = []
@@ -143,7 +168,7 @@ def _slots(layers: nn.ModuleList, specs: Sequence[StateSpec]) -> list[dict[str, 
     return slots
 
 
-def _write(buffer: torch.Tensor, spec: StateSpec, values: list, step: Step) -> None:
+def write_state_values(buffer: torch.Tensor, spec: StateSpec, values: list, step: Step) -> None:
     """One write of a state from every layer's value (all the same kind)."""
     first = values[0]
     if isinstance(first, deferred.StateUpdate):

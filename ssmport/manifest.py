@@ -22,6 +22,9 @@ FORMAT = "ssmport-bundle"
 FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 DYNAMIC_DIM = -1  # a dimension each call sets (the apple layout's token and position counts)
+# The state kinds (ssmport.state re-uses these): "fixed", recurrent, any length; "kv", a
+# positional cache [L, 1, heads, context, head_dim].
+FIXED, KV = "fixed", "kv"
 LAYOUTS = ("ssmport", "apple")  # see ssmport.apple.graph for "apple"
 
 
@@ -48,7 +51,7 @@ class TensorEntry:
 @dataclass(frozen=True)
 class StateEntry(TensorEntry):
     layout: str = ""
-    kind: str = "fixed"  # "fixed": recurrent, any length; "kv": positional, [L, 1, heads, context, head_dim]
+    kind: str = FIXED  # FIXED or KV
     # a kv state whose position axis is dynamic (DYNAMIC_DIM: the caller sizes the buffer, as
     # Apple's engines grow theirs; the apple layout of hybrids): the most positions it may hold
     max_context: int | None = None
@@ -57,11 +60,11 @@ class StateEntry(TensorEntry):
     def from_json(cls, data: dict, where: str) -> StateEntry:
         base = TensorEntry.from_json(data, where)
         r = _Reader(data, where)
-        kind = r.str("kind", "fixed")
-        if kind not in ("fixed", "kv"):
+        kind = r.str("kind", FIXED)
+        if kind not in (FIXED, KV):
             raise BundleError(f"{where}: state {base.name} has unknown kind {kind!r}")
         max_context = r.optional_int("max_context")
-        dynamic = kind == "kv" and len(base.shape) == 5 and base.shape[3] == DYNAMIC_DIM
+        dynamic = kind == KV and len(base.shape) == 5 and base.shape[3] == DYNAMIC_DIM
         if dynamic != (max_context is not None) or (max_context is not None and max_context < 1):
             raise BundleError(f"{where}: state {base.name}: a kv state with a dynamic position axis needs a "
                               "positive max_context, and only such a state has one")  # fmt: skip
@@ -74,14 +77,14 @@ class StateEntry(TensorEntry):
     @property
     def context(self) -> int | None:
         """The positions a kv state holds (None for a fixed state)."""
-        if self.kind != "kv":
+        if self.kind != KV:
             return None
         return self.max_context if self.shape[3] == DYNAMIC_DIM else self.shape[3]
 
     @property
     def full_shape(self) -> tuple[int, ...]:
         """The shape of a buffer that holds the whole context (a fixed state's own)."""
-        return self.shape if self.kind != "kv" else with_positions(self.shape, self.context)
+        return self.shape if self.kind != KV else with_positions(self.shape, self.context)
 
 
 def with_positions(kv_shape: tuple[int, ...], positions: int) -> tuple[int, ...]:
@@ -213,7 +216,7 @@ class Manifest:
 
     @property
     def kv_states(self) -> tuple[StateEntry, ...]:
-        return tuple(s for s in self.states if s.kind == "kv")
+        return tuple(s for s in self.states if s.kind == KV)
 
     @property
     def context(self) -> int | None:
@@ -228,7 +231,7 @@ class Manifest:
     @property
     def fixed_state_bytes(self) -> int:
         """Bytes of the states whose size does not depend on the context."""
-        return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in self.states if s.kind != "kv")
+        return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in self.states if s.kind != KV)
 
     def to_json(self) -> dict:
         return {

@@ -19,6 +19,15 @@ from types import ModuleType
 from ssmport.errors import SsmportError
 
 ENV_VAR = "SSMPORT_PLUGINS"
+# architecture name -> the plugin (resolved file, or module name) whose import registered it:
+# recorded in a bundle's manifest, so that a command rebuilding its source can name it.
+_ORIGINS: dict[str, str] = {}
+
+
+def plugin_of(architecture: str) -> str | None:
+    """The plugin that registered `architecture` in this process, or None (a built-in, or
+    registered by a plain import)."""
+    return _ORIGINS.get(architecture)
 
 
 def load_plugin(spec: str) -> ModuleType:
@@ -26,13 +35,25 @@ def load_plugin(spec: str) -> ModuleType:
 
     Raises `SsmportError` (one line) when it cannot be found or fails while importing.
     """
+    from ssmport.architectures import architectures
+
+    before = {a.name for a in architectures()}
     path = Path(spec).expanduser()
     if spec.endswith(".py") or path.is_file():
         if not path.is_file():
             raise SsmportError(f"plugin {spec}: no such file")
         if path.suffix != ".py":  # a .txt has no loader; a .so would be loaded as native code
             raise SsmportError(f"plugin {spec}: not a Python file (a plugin is a .py file or an importable module)")
-        return _import_file(path.resolve(), spec)
+        origin, module = str(path.resolve()), _import_file(path.resolve(), spec)
+    else:
+        origin, module = spec, _import_module(spec)
+    for arch in architectures():
+        if arch.name not in before:
+            _ORIGINS[arch.name] = origin
+    return module
+
+
+def _import_module(spec: str) -> ModuleType:
     try:
         return importlib.import_module(spec)
     except ModuleNotFoundError as exc:

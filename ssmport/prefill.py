@@ -50,8 +50,4 @@ def example_inputs(chunk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor
     )
 
 
-# The prefill forms' row and loop primitives live in ssmport.ops; importable from here too.
-from ssmport.ops.rows import last_valid  # noqa: E402
-from ssmport.ops.scan import scan  # noqa: E402
-
-__all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "check_chunk", "PREFILL_FUNCTION", "PREFILL_INPUT_NAMES", "example_inputs", "last_valid", "scan"]
+__all__ = ["DEFAULT_CHUNK", "MAX_CHUNK", "check_chunk", "PREFILL_FUNCTION", "PREFILL_INPUT_NAMES", "example_inputs"]

@@ -18,13 +18,6 @@ from ssmport.strict_json import loads_finite
 
 DEFAULT_SEED = 0
 PLUGIN_HINT = "an architecture from outside ssmport is loaded with --plugin FILE or SSMPORT_PLUGINS"
-# Dimensions a checkpoint must share with the preset it is given for (LoRA ranks are read
-# from the weights, so they may differ).
-_PRESET_KEYS = ("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size",  # RWKV-7
-                "num_heads", "head_dim", "num_v_heads", "head_v_dim", "intermediate_size",  # Gated DeltaNet
-                "state_size", "n_groups", "conv_kernel",  # Mamba-2
-                "layer_types", "num_attention_heads", "num_key_value_heads", "linear_num_key_heads",  # Qwen3.5
-                "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
 
 
 def load_model(
@@ -220,7 +213,9 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
             f"{model.provenance.get('path')}: is {model.architecture.name}, but preset {preset.name} is {preset.architecture}"
         )
     got = json.loads(json.dumps(model.config.to_json()))  # as the manifest holds it (lists, not tuples)
-    diffs = [f"{k}={got[k]} (preset {preset.config[k]})" for k in _PRESET_KEYS if k in preset.config and got.get(k) != preset.config[k]]
+    want = json.loads(json.dumps(dict(preset.config)))  # the same form: a preset may spell a list as a tuple
+    diffs = [f"{k}={got[k]} (preset {want[k]})" for k in model.architecture.preset_keys
+             if k in want and got.get(k) != want[k]]
     if diffs:
         raise CheckpointError(f"{model.provenance.get('path')}: does not match preset {preset.name}: {', '.join(diffs)}")
 
@@ -286,6 +281,10 @@ def rebuild_bundle_source(manifest, weights: str | Path | None = None) -> Loaded
     """The fp32 source of a bundle (see `rebuild_source`), refused unless it is the bundle's
     own model: the same architecture and config, and (recorded since this check exists) the
     same values in a few small tensors."""
+    plugin = manifest.source.get("plugin")
+    if plugin and manifest.architecture not in {a.name for a in architectures()}:
+        raise SsmportError(f"this bundle's architecture {manifest.architecture!r} is registered by the plugin {plugin}: "
+                           f"pass --plugin {plugin} (or name it in SSMPORT_PLUGINS)")  # fmt: skip
     model = rebuild_source(manifest.source, weights)
     where = f"--weights {weights}" if weights is not None else f"the source checkpoint {manifest.source.get('path')}"
     if model.architecture.name != manifest.architecture:

@@ -21,9 +21,7 @@ import numpy as np
 import torch
 
 from ssmport.errors import SsmportError
-from ssmport.manifest import DYNAMIC_DIM, with_positions
-
-FIXED, KV = "fixed", "kv"
+from ssmport.manifest import DYNAMIC_DIM, FIXED, KV, with_positions
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -120,9 +118,24 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
         module.register_buffer(spec.name, torch.zeros(spec.shape, dtype=spec.dtype))
 
 
-# The row moves every state needs live in ssmport.ops.rows; these names stay importable from
-# here for architectures written against earlier versions (examples, plugins).
-from ssmport.ops.rows import read_layer, read_layer_by_matmul, stack_rows, write_once  # noqa: E402
+@dataclass(frozen=True)
+class StatePart:
+    name: str
+    size: int  # its extent along the split axis of the native layer slice
+    layout: str
 
-__all__ = ["NUMPY_DTYPES", "STATE_DTYPES", "StateSpec", "check_room", "dtype_name", "read_layer", "read_layer_by_matmul",
-           "register_states", "stack_rows", "write_once"]  # fmt: skip
+
+@dataclass(frozen=True)
+class StateSplit:
+    """A native state a bundle layout stores as parts (the apple layout, ssmport.apple.graph):
+    its layer slice (without the leading [L, 1]) is the concatenation of the parts' slices
+    along `axis`. Architectures declare theirs in `Architecture.apple_state_splits`."""
+
+    state: str
+    axis: int
+    parts: tuple[StatePart, ...]
+
+
+__all__ = ["FIXED", "KV", "NUMPY_DTYPES", "STATE_DTYPES", "StatePart", "StateSpec", "StateSplit", "check_room",
+           "dtype_name", "register_states"]  # fmt: skip
+

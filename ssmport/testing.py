@@ -39,7 +39,7 @@ import re
 import shutil
 import traceback
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -153,9 +153,10 @@ def check_architecture(
     reference = run("reference", lambda: _check_reference(arch, model, tokens))
     run("quant", lambda: _check_quant(model, tokens))
     run("ir (fp16 state)", lambda: _check_ir(arch, model, torch.float16))
-    bundle = run("export + gate", lambda: _export(model, workdir / "bundles"))
+    exported = _as_bf16_checkpoint(model)
+    bundle = run("export + gate", lambda: _export(exported, workdir / "bundles"))
     report.bundle = bundle
-    run("coreai", lambda: _check_coreai(arch, model, bundle, tokens, reference))
+    run("coreai", lambda: _check_coreai(arch, exported, bundle, tokens, reference))
     run("strict loading", lambda: _check_strict(arch, model, checkpoint, workdir / "strict", strict_probe))
     run("prefill", lambda: _check_prefill(arch, model, tokens, workdir / "prefill"))
     return report
@@ -334,6 +335,24 @@ def _check_ir(arch: Architecture, model: LoadedModel, state_dtype: torch.dtype):
     return f"writes {writes}", None
 
 
+def _as_bf16_checkpoint(model: LoadedModel) -> LoadedModel:
+    """`model` with its float weights rounded to bf16 and read as a bf16 checkpoint is: each
+    read a fresh fp32 tensor, which the exporter frees once converted (memory-mapped fp32
+    files and in-memory weights are never freed, so they hide a weight that is a view of a
+    storage other weights share)."""
+    from ssmport.checkpoint import DictSource, MappedSource
+
+    def bf16(t: torch.Tensor) -> torch.Tensor:
+        return t.to(torch.bfloat16) if t.is_floating_point() else t
+
+    def fp32(t: torch.Tensor) -> torch.Tensor:
+        return t.float() if t.dtype == torch.bfloat16 else t
+
+    stored = DictSource({n: bf16(model.weights[n]) for n in model.weights}, origin="<bf16 copy>")
+    weights = MappedSource(stored, {n: (n, fp32) for n in stored}, model.weights.shapes())
+    return replace(model, weights=weights)
+
+
 def _export(model: LoadedModel, out: Path):
     from ssmport.exporter import export
 
@@ -348,6 +367,7 @@ def _check_coreai(arch: Architecture, model: LoadedModel, bundle: Path | None, t
 
     if bundle is None or ref is None:
         raise _Skip("needs a passing export and reference check")
+    ref = reference_logits(arch, model, tokens)  # the exported (bf16-rounded) weights' own
     specs = arch.state_specs(model.config, torch.float32)
     with Runner(bundle) as runner:
         names = runner.state_names

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 import torch
 
+import ssmport
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.sources import load_checkpoint, load_model
@@ -189,3 +191,28 @@ def test_fla_vectors_load_as_c_or_1x1xc_and_nothing_else(tmp_path):
     flat["model.layers.0.ffn.x_k"] = flat["model.layers.0.ffn.x_k"].reshape(1, -1)
     with pytest.raises(CheckpointError, match=r"model.layers.0.ffn.x_k \[1, 128\] \(expected \[128\]\)"):
         load_checkpoint(write_hf_folder(tmp_path / "bad", config, flat))
+
+
+@pytest.mark.parametrize(
+    "preset, key, value",
+    [("lfm2-tiny", "num_kv_heads", 1), ("granite-hybrid-tiny", "num_kv_heads", 1),
+     ("granite-hybrid-tiny", "mamba_heads", 4), ("nemotron-h-tiny", "pattern", "M-*M*-M"),
+     ("nemotron-h-tiny", "mamba_heads", 4), ("qwen3.5-tiny", "num_key_value_heads", 1)],
+)  # fmt: skip
+def test_a_checkpoint_differing_from_its_preset_in_one_declared_key_is_refused(preset, key, value):
+    """Each architecture declares the config keys a checkpoint must share with its presets
+    (`Architecture.preset_keys`); the hybrids' KV heads and Nemotron-H's pattern were once missed."""
+    import dataclasses
+
+    from ssmport.architectures import get_architecture, presets
+    from ssmport.sources import _check_matches_preset
+
+    p = presets()[preset]
+    arch = get_architecture(p.architecture)
+    config = arch.config_from_json(dict(p.config))
+    assert getattr(config, key) != value
+    same = ssmport.LoadedModel(arch, config, None, {"kind": "hf", "path": "/ckpt"})
+    _check_matches_preset(same, p)  # the preset's own config passes
+    other = ssmport.LoadedModel(arch, dataclasses.replace(config, **{key: value}), None, {"kind": "hf", "path": "/ckpt"})
+    with pytest.raises(CheckpointError, match=f"does not match preset {re.escape(preset)}: {key}="):
+        _check_matches_preset(other, p)

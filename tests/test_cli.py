@@ -145,3 +145,17 @@ def test_bench_smoke(scratch_bundle, capsys):
     assert r["load_s_cached"] < r["load_s_first"]
     code, out, _ = run_cli(capsys, "bench", scratch_bundle, "--steps", 2, "--no-roofline")
     assert code == 0 and "ms/token" in out and "roofline" not in out
+
+
+def test_inspect_a_bundle_of_a_hand_built_model(capsys, tmp_path):
+    """A LoadedModel built in code need give no more provenance than its `kind`
+    (ssmport.architectures.Provenance); inspect once crashed with KeyError 'preset'."""
+    import ssmport
+
+    arch = ssmport.get_architecture("rwkv7")
+    config = arch.config_from_json(dict(ssmport.presets()["rwkv7-tiny"].config))
+    model = ssmport.LoadedModel(arch, config, arch.synthetic_weights(config, 3), {"kind": "synthetic"}, name="handmade")
+    result = ssmport.export(model, tmp_path, gate=False, progress=False, prefill_chunk=None)
+    code, out, err = run_cli(capsys, "inspect", str(result.path))
+    assert code == 0, err
+    assert "synthetic weights for a config given in code" in out

@@ -82,8 +82,9 @@ def test_undeclared_buffer_is_caught(tmp_path):
 def _toy_prefill_class(respect_valid_len: bool):
     """A prefill form for the toy (ssmport.prefill's signature); the broken one runs the
     recurrence over the padding too."""
-    from ssmport.prefill import last_valid, scan
-    from ssmport.state import read_layer, register_states, write_once
+    from ssmport.ops.rows import last_valid, read_layer, write_once
+    from ssmport.ops.scan import scan
+    from ssmport.state import register_states
 
     class ToyPrefill(nn.Module):
         def __init__(self, arch, c, decode, state_dtype):

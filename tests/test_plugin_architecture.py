@@ -59,11 +59,11 @@ def test_cli_plugin_flag_and_env(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     bundle = tmp_path / "toyrnn-tiny-fp32"
     assert (bundle / "manifest.json").is_file()
-    # gating again rebuilds the source, which needs the plugin: without it, one clear line
+    # gating again rebuilds the source, which needs the plugin: without it, one line naming it
     proc = _run(*cli, "gate", bundle, "--steps", "3", "--prompts", "1")
-    assert proc.returncode == 2 and "--plugin" in proc.stderr
-    assert "preset 'toyrnn-tiny', which is not registered" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    assert proc.returncode == 2 and f"pass --plugin {PLUGIN.resolve()}" in proc.stderr, proc.stderr
+    assert "architecture 'toyrnn' is registered by the plugin" in proc.stderr
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     env = os.environ | {"SSMPORT_PLUGINS": str(PLUGIN)}
     proc = _run(*cli, "gate", bundle, "--steps", "3", "--prompts", "1", env=env)
     assert proc.returncode == 0 and proc.stdout.startswith("PASS"), proc.stderr[-2000:]

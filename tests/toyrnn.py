@@ -14,7 +14,8 @@ from torch import nn
 
 import ssmport
 from ssmport.checkpoint import DictSource, MappedSource, check_strict
-from ssmport.state import StateSpec, register_states, write_once
+from ssmport.ops.rows import write_once
+from ssmport.state import StateSpec, register_states
 
 
 @dataclass(frozen=True)

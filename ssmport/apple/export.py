@@ -12,6 +12,7 @@ import torch
 
 from ssmport.apple.graph import APPLE_MAINS, CHUNK_MAIN, DECODE_MAIN, INPUT_NAMES, MAIN, OUTPUT_NAMES, PREFILL, AppleLM
 from ssmport.apple.metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
+from ssmport.apple.state_kinds import FIXED, KV_CACHE
 from ssmport.errors import SsmportError
 from ssmport.state import KV
 
@@ -32,8 +33,6 @@ def max_rows(arch, specs) -> int:
 def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DECODE_MAIN) -> tuple[AppleLM, AppleLM | None]:
     """`main` (in `main_form`, see ssmport.apple.graph) and (optionally) `prefill` of the apple
     layout over the decode module's blocks."""
-    if main_form not in APPLE_MAINS:
-        raise SsmportError(f"unknown --apple-main {main_form!r}; choose one of: {', '.join(APPLE_MAINS)}")
     splits = arch.apple_state_splits(config)
     if splits is None:
         raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")
@@ -95,7 +94,7 @@ def write_files(out: Path, manifest, model) -> None:
         tokenizer=(model.provenance.get("hub") or {}).get("repo") or manifest.name,
         asset=manifest.asset.path,
         compression=manifest.recipe.name,
-        states={s.name: "kv_cache" if s.kind == KV else "fixed" for s in manifest.states},
+        states={s.name: KV_CACHE if s.kind == KV else FIXED for s in manifest.states},
     )
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", "utf-8")
 

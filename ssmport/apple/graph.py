@@ -34,38 +34,21 @@ positions; the caller keeps S >= P (the Core AI runtime clamps a write past S si
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import torch
 from torch import nn
 
-from ssmport.graph import Step, _slots, _write
+from ssmport.graph import Step, layer_slots, run_blocks, write_state_values
 from ssmport.manifest import DYNAMIC_DIM, with_positions
 from ssmport.ops.rows import read_layer
-from ssmport.state import KV, StateSpec
+from ssmport.state import KV, StateSpec, StateSplit
 
 MAIN, PREFILL = "main", "prefill"
 DECODE_MAIN, CHUNK_MAIN = "decode", "chunk"
 APPLE_MAINS = (DECODE_MAIN, CHUNK_MAIN)  # the forms of `main`, see above
 INPUT_NAMES = ("input_ids", "position_ids")
 OUTPUT_NAMES = {MAIN: ("logits",), PREFILL: ()}
-
-
-@dataclass(frozen=True)
-class StatePart:
-    name: str
-    size: int  # its extent along the split axis of the native layer slice
-    layout: str
-
-
-@dataclass(frozen=True)
-class StateSplit:
-    """A native state stored as parts: its layer slice (without the leading [L, 1]) is the
-    concatenation of the parts' slices along `axis`."""
-
-    state: str
-    axis: int
-    parts: tuple[StatePart, ...]
 
 
 def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> list[StateSpec]:
@@ -110,7 +93,7 @@ class AppleLM(nn.Module):
         self.splits = {s.state: s for s in splits}
         self.specs = tuple(apple_specs(self.native, splits))
         self.dynamic = frozenset(s.name for s in self.specs if s.dynamic)  # the growing KV caches
-        self.slots = _slots(self.layers, self.native)
+        self.slots = layer_slots(self.layers, self.native)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, states: tuple[torch.Tensor, ...]):
         """`states`: one tensor per spec, in order, updated in place."""
@@ -125,32 +108,32 @@ class AppleLM(nn.Module):
         else:
             valid_len = torch.ones(T, dtype=torch.int32).sum().view(1)  # every row is real (T, as a tensor)
             step = Step(valid_len, positions, max_rows=self.max_rows)
-        x = self.embed(input_ids.view(T))
-        values: dict[str, list] = {s.name: [] for s in self.native}
-        for layer, slots in zip(self.layers, self.slots):
-            x, new = layer(x, {name: self._read(bound, name, slot, P) for name, slot in slots.items()}, step)
-            for name, value in new.items():
-                values[name].append(value)
-        by_name = {s.name: s for s in self.specs}
-        for spec in self.native:
-            split = self.splits.get(spec.name)
-            if by_name.get(spec.name, spec).dynamic:
-                _write_positions(bound[spec.name], [v.rows for v in values[spec.name]], P - T)
-            elif split is None:
-                _write(bound[spec.name], spec, values[spec.name], step)
-            else:
-                for part, pieces in zip(split.parts, _split_values(values[spec.name], split)):
-                    _write(bound[part.name], by_name[part.name], pieces, step)
+        x = run_blocks(self.layers, self.slots, self.native, self.embed(input_ids.view(T)), step,
+                       _ArgumentStates(self, bound, P, T))  # fmt: skip
         if not self.with_head:
             return ()
         return self.head(x).to(torch.float16).view(1, T, -1)
 
-    def _read(self, bound: dict, name: str, slot: int, positions) -> torch.Tensor:
-        split = self.splits.get(name)
+    def example_states(self, positions: int) -> tuple[torch.Tensor, ...]:
+        """Zero states to trace with, a dynamic position axis at `positions`."""
+        return tuple(torch.zeros(with_positions(s.shape, positions) if s.dynamic else s.shape, dtype=s.dtype)
+                     for s in self.specs)  # fmt: skip
+
+
+class _ArgumentStates:
+    """The apple layout's state I/O for `run_blocks`: the states are `forward`'s arguments,
+    split native states stored as their parts, KV caches with a growing position axis."""
+
+    def __init__(self, lm: AppleLM, bound: dict[str, torch.Tensor], positions, rows):
+        self.lm, self.bound, self.positions, self.rows = lm, bound, positions, rows
+        self.by_name = {s.name: s for s in lm.specs}
+
+    def read_state(self, name: str, slot: int) -> torch.Tensor:
+        split, bound = self.lm.splits.get(name), self.bound
         if split is None:
             state = bound[name]
-            if name in self.dynamic:  # the first P positions of a growing KV cache
-                return state[slot, 0, :, :positions]
+            if name in self.lm.dynamic:  # the first P positions of a growing KV cache
+                return state[slot, 0, :, : self.positions]
             return read_layer(state, slot)[0]
         pieces = []
         for part in split.parts:
@@ -158,10 +141,15 @@ class AppleLM(nn.Module):
             pieces.append(piece.unsqueeze(split.axis) if part.size == 1 else piece)
         return torch.cat(pieces, dim=split.axis)
 
-    def example_states(self, positions: int) -> tuple[torch.Tensor, ...]:
-        """Zero states to trace with, a dynamic position axis at `positions`."""
-        return tuple(torch.zeros(with_positions(s.shape, positions) if s.dynamic else s.shape, dtype=s.dtype)
-                     for s in self.specs)  # fmt: skip
+    def write_state(self, spec: StateSpec, values: list, step: Step) -> None:
+        split, bound = self.lm.splits.get(spec.name), self.bound
+        if self.by_name.get(spec.name, spec).dynamic:
+            _write_positions(bound[spec.name], [v.rows for v in values], self.positions - self.rows)
+        elif split is None:
+            write_state_values(bound[spec.name], spec, values, step)
+        else:
+            for part, pieces in zip(split.parts, _split_values(values, split)):
+                write_state_values(bound[part.name], self.by_name[part.name], pieces, step)
 
 
 def _write_positions(cache: torch.Tensor, rows: list[torch.Tensor], start) -> None:

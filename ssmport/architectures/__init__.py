@@ -8,7 +8,7 @@ line with `ssmport --plugin FILE_OR_MODULE ...` / `SSMPORT_PLUGINS` (see `ssmpor
 
 from __future__ import annotations
 
-from ssmport.architectures.base import Architecture, LoadedModel, Preset
+from ssmport.architectures.base import Architecture, LoadedModel, Preset, Provenance
 from ssmport.errors import SsmportError
 
 _ARCHITECTURES: dict[str, Architecture] = {}
@@ -60,7 +60,7 @@ def register_architecture(arch: Architecture, *, replace: bool = False) -> Archi
 
 
 def architectures() -> list[Architecture]:
-    """Every registered architecture, in registration order (built-ins first)."""
+    """Every registered architecture, in registration order (built-ins first, by package name)."""
     return list(_registry().values())
 
 
@@ -81,39 +81,34 @@ def presets() -> dict[str, Preset]:
 
 
 def _register_builtins() -> None:
-    from ssmport.models.falcon_h1 import FALCON_H1
-    from ssmport.models.gated_deltanet import GATED_DELTANET
-    from ssmport.models.granite_hybrid import GRANITE_HYBRID
-    from ssmport.models.lfm2 import LFM2
-    from ssmport.models.mamba1 import MAMBA1
-    from ssmport.models.lfm2_moe import LFM2_MOE
-    from ssmport.models.mamba2 import MAMBA2
-    from ssmport.models.nemotron_h import NEMOTRON_H
-    from ssmport.models.olmo_hybrid import OLMO_HYBRID
-    from ssmport.models.qwen3_5 import QWEN3_5
-    from ssmport.models.rwkv6 import RWKV6
-    from ssmport.models.qwen3_5_moe import QWEN3_5_MOE
-    from ssmport.models.rwkv7 import RWKV7
+    """Register every architecture object a package under ssmport.models exposes, in the
+    packages' name order: a family is built in by adding its package, nothing else. An
+    architecture already registered as this very object is skipped."""
+    for arch in _builtin_architectures():
+        if _ARCHITECTURES.get(arch.name) is not arch:
+            register_architecture(arch)
 
-    register_architecture(RWKV7)
-    register_architecture(MAMBA2)
-    register_architecture(GATED_DELTANET)
-    register_architecture(QWEN3_5)
-    register_architecture(QWEN3_5_MOE)
-    register_architecture(LFM2)
-    register_architecture(LFM2_MOE)
-    register_architecture(GRANITE_HYBRID)
-    register_architecture(NEMOTRON_H)
-    register_architecture(OLMO_HYBRID)
-    register_architecture(MAMBA1)
-    register_architecture(FALCON_H1)
-    register_architecture(RWKV6)
+
+def _builtin_architectures() -> list[Architecture]:
+    import importlib
+    import pkgutil
+
+    import ssmport.models
+
+    found: list[Architecture] = []
+    for info in sorted(pkgutil.iter_modules(ssmport.models.__path__), key=lambda i: i.name):
+        if not info.ispkg:
+            continue
+        module = importlib.import_module(f"ssmport.models.{info.name}")
+        found += [v for v in vars(module).values() if isinstance(v, Architecture) and all(v is not f for f in found)]
+    return found
 
 
 __all__ = [
     "Architecture",
     "LoadedModel",
     "Preset",
+    "Provenance",
     "architectures",
     "get_architecture",
     "presets",

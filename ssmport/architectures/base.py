@@ -16,7 +16,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, Required, TypedDict
 
 import torch
 from torch import nn
@@ -76,6 +76,22 @@ class Preset:
     hub: HubSource | None = None  # where `ssmport export <name>` downloads them from
 
 
+class Provenance(TypedDict, total=False):
+    """Where a `LoadedModel`'s weights come from. The exporter copies it into the manifest's
+    `source`; `ssmport inspect` prints it and `gate` / `logits --backend torch` rebuild the
+    fp32 source from it. Only `kind` is required: a hand-built model may give just that."""
+
+    kind: Required[str]  # "synthetic" | "pth" | "hf" (or a hand-built model's own word)
+    preset: str  # the preset it was loaded as
+    seed: int  # the synthetic weights' seed
+    path: str  # the checkpoint file or folder, resolved
+    hub: dict[str, Any]  # {"repo", "commit", "file"}: the Hub copy it was downloaded as
+    context: int  # --context, the positions its KV caches hold
+    weights_probe: dict[str, Any]  # a few values of small tensors: is a rebuilt source the same?
+    skipped_tensors: dict[str, Any]  # checkpoint tensors left out on purpose (a vision tower)
+    plugin: str  # the --plugin its architecture was registered by (recorded at export)
+
+
 @dataclass
 class LoadedModel:
     """An architecture, its config, and canonical-name weights ready to build from."""
@@ -83,7 +99,7 @@ class LoadedModel:
     architecture: Architecture
     config: ArchConfig
     weights: TensorSource
-    provenance: dict[str, Any]  # kind, path / preset / seed; copied into the manifest
+    provenance: Provenance  # copied into the manifest's `source`
     vocab_path: Path | None = None
     vocab_origin: str | None = None  # "next to checkpoint" | "--vocab" | "bundled ..."
     name: str = "model"
@@ -124,6 +140,10 @@ class Architecture(ABC):
             use it. None: the architecture declares no tiny config.
         max_prefill_chunk: the longest `--prefill-chunk` its prefill form is exact for (None:
             no limit of its own).
+        preset_keys: the config fields a checkpoint must share with a preset it is exported
+            as (`ssmport export PRESET --weights FILE`): the dimensions that make it that
+            model. Fields the weights decide (LoRA ranks) or the export chooses (context) are
+            left out.
     """
 
     name: str  # Hugging Face `model_type`, e.g. "rwkv7"
@@ -132,6 +152,7 @@ class Architecture(ABC):
     presets: tuple[Preset, ...] = field(default_factory=tuple)
     tiny_preset: str | None = None
     max_prefill_chunk: int | None = None  # the longest prefill chunk its chunkwise forms are exact for
+    preset_keys: tuple[str, ...] = ("vocab_size",)
 
     # --- configs -------------------------------------------------------------------
     @abstractmethod
@@ -251,7 +272,7 @@ class Architecture(ABC):
         tested against (`zero_state()`, then `step(token, state) -> logits [V]`)."""
 
     def apple_state_splits(self, config: ArchConfig) -> list | None:
-        """How the apple layout stores this architecture's states (`ssmport.apple.graph.StateSplit`:
+        """How the apple layout stores this architecture's states (`ssmport.state.StateSplit`:
         a native state kept as parts, e.g. so a pure-recurrent model has three states; [] keeps
         them as they are). None: no apple layout (its chunk forms must be loop-free and
         shape-polymorphic in T first). Default: None."""

@@ -63,25 +63,15 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ssmport.bundle import check_bundle_name
     from ssmport.errors import SsmportError
+    from ssmport.export_options import ExportOptions
     from ssmport.exporter import export
-    from ssmport.parity import MAX_GATE_TOKENS
-    from ssmport.prefill import check_chunk
 
     if args.apple_main and args.layout != "apple":
         raise SsmportError("--apple-main applies to --layout apple only")
-
-    # Every option is checked before the checkpoint is read (a Hub download can take minutes).
     check_int(args.seed, "--seed", 0, MAX_SEED)
-    if not args.no_gate:
-        check_int(args.gate_steps, "--gate-steps", 1, MAX_GATE_TOKENS)
-    check_chunk(None if args.no_prefill else args.prefill_chunk)
-    if args.name is not None:
-        check_bundle_name(args.name)
-    result = export(
-        args.model,
-        args.out,
+    # Checked when made, before the checkpoint is read (a Hub download can take minutes).
+    options = ExportOptions(
         quant=args.quant,
         state_dtype=args.state_dtype,
         weights=args.weights,
@@ -100,6 +90,7 @@ def run(args) -> int:
         context=args.context,
         profile_memory=args.profile_memory,
     )
+    result = export(args.model, args.out, options)
     m = result.manifest
     for note in m.notes:
         print(f"ssmport: note: {note}", file=sys.stderr)

@@ -113,9 +113,13 @@ def _print_interface(function, states) -> None:
 
 
 def _source(src: dict) -> str:
+    """The manifest's `source` (an `ssmport.architectures.base.Provenance`: only `kind` is
+    sure to be there; a hand-built LoadedModel may give nothing else)."""
+    preset = f"preset {src['preset']}" if "preset" in src else None
     if src.get("kind") == "synthetic":
-        return f"synthetic weights for preset {src['preset']} (seed {src['seed']})"
-    return f"{src.get('kind')} {src.get('path')}" + (f" (preset {src['preset']})" if "preset" in src else "")
+        seed = f" (seed {src['seed']})" if "seed" in src else ""
+        return f"synthetic weights for {preset or 'a config given in code'}{seed}"
+    return f"{src.get('kind')} {src.get('path') or '(no path recorded)'}" + (f" ({preset})" if preset else "")
 
 
 def _itemsize(dtype: str) -> int:

@@ -62,7 +62,8 @@ class WeightBuilder:
         self.int8_safe = int8_safe or (lambda name: False)
         self.on_store = on_store
         self.entries: list[PlanEntry] = []
-        self._stored: set[int] = set()  # the storages of every tensor stored (storage_key)
+        # storage_key -> the one view of it stored (offset, shape, stride, dtype)
+        self._stored: dict[int, tuple] = {}
 
     @classmethod
     def for_architecture(cls, recipe: Recipe, arch, on_store: Callable[[int], None] | None = None) -> WeightBuilder:
@@ -124,9 +125,32 @@ class WeightBuilder:
         return self._keep(nn.Parameter(v, requires_grad=False))
 
     def _keep(self, stored):
-        tensors = [*stored.parameters(), *stored.buffers()] if isinstance(stored, nn.Module) else [stored]
-        self._stored.update(storage_key(t) for t in tensors)
-        return stored
+        if isinstance(stored, nn.Module):
+            for module in stored.modules():
+                for table in (module._parameters, module._buffers):
+                    for name, t in table.items():
+                        if t is not None:
+                            table[name] = self._owning(t)
+            return stored
+        return self._owning(stored)
+
+    def _owning(self, t: torch.Tensor) -> torch.Tensor:
+        """`t`, or a copy of it when it is a view of a storage it does not own alone.
+
+        The converter frees a stored weight's storage once it has copied the weight into the
+        program (exporter's releasing converter); a second view of that storage would then
+        read freed memory. A plugin slicing its layers' weights out of one fused tensor hands
+        over such views. Memory-mapped storages are never freed, so they are not copied; a
+        weight that owns its whole storage (the usual case) is not copied either."""
+        storage = t.untyped_storage()
+        view = (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        whole = t.is_contiguous() and t.storage_offset() == 0 and storage.nbytes() == t.numel() * t.element_size()
+        if storage.resizable() and not (whole and self._stored.get(storage_key(t), view) == view):
+            copy = t.detach().clone(memory_format=torch.contiguous_format)
+            t = nn.Parameter(copy, requires_grad=False) if isinstance(t, nn.Parameter) else copy
+            view = (t.storage_offset(), tuple(t.shape), tuple(t.stride()), t.dtype)
+        self._stored[storage_key(t)] = view
+        return t
 
     def stored(self, tensor: torch.Tensor) -> bool:
         """Whether `tensor` is (a view of) a weight this builder stored. Such a tensor may

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from ssmport.bundle import Bundle, write_json_atomic
 from ssmport.errors import BundleError, SsmportError
-from ssmport.files import OWNER_MARKER, OwnedDir, check_room, stale_dirs, utf8_path
+from ssmport.files import OWNER_MARKER, OwnedDir, check_free_space, stale_dirs, utf8_path
 
 
 def cache_root() -> Path:
@@ -180,7 +180,7 @@ def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
         return target, False
     _remove_stale_lowerings(target.parent)
     # A full cache disk crashed the lowering child (SIGBUS), which read as a bad asset.
-    check_room(target.parent, bundle.manifest.asset.bytes, f"lowering {bundle.path} for this runtime (SSMPORT_CACHE)")
+    check_free_space(target.parent, bundle.manifest.asset.bytes, f"lowering {bundle.path} for this runtime (SSMPORT_CACHE)")
     staging = OwnedDir(target.parent, ".lowering-", ".aimodelx")
     try:
         entry = staging.path / "entry"

@@ -15,6 +15,8 @@ FALCON_H1 = HybridArchitecture(
     hf_architectures=("FalconH1ForCausalLM",),
     presets=PRESETS,
     tiny_preset="falcon-h1-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_hidden_layers", "num_heads", "num_kv_heads", "head_dim",
+                 "intermediate_size", "mamba_heads", "mamba_head_dim", "state_size", "n_groups"),
     loader=checkpoints.load,
     **package_parts(FalconH1Config, FalconH1Reference, checkpoints, synthetic, block, quant),
 )

@@ -13,7 +13,7 @@ from ssmport.errors import CheckpointError
 from ssmport.models.gated_deltanet import block, checkpoints, quant, synthetic
 from ssmport.models.gated_deltanet.config import PRESETS, GatedDeltaNetConfig
 from ssmport.models.gated_deltanet.reference import GatedDeltaNetReference
-from ssmport.apple.graph import StatePart, StateSplit
+from ssmport.state import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.state import StateSpec
 
@@ -54,5 +54,7 @@ GATED_DELTANET = _GatedDeltaNet(
     hf_architectures=("GatedDeltaNetForCausalLM", "GatedDeltaNetModel"),
     presets=PRESETS,
     tiny_preset="gated-deltanet-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "num_heads", "head_dim", "num_v_heads", "head_v_dim",
+                 "intermediate_size"),
     **package_parts(GatedDeltaNetConfig, GatedDeltaNetReference, checkpoints, synthetic, block, quant),
 )

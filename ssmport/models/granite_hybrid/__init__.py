@@ -15,6 +15,8 @@ GRANITE_HYBRID = HybridArchitecture(
     hf_architectures=("GraniteMoeHybridForCausalLM",),
     presets=PRESETS,
     tiny_preset="granite-hybrid-tiny",
+    preset_keys=("vocab_size", "hidden_size", "intermediate_size", "layer_types", "num_heads", "num_kv_heads",
+                 "head_dim", "mamba_heads", "mamba_head_dim", "state_size", "n_groups"),
     loader=checkpoints.load,
     **package_parts(GraniteHybridConfig, GraniteHybridReference, checkpoints, synthetic, block, quant),
 )

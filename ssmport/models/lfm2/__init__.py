@@ -17,6 +17,7 @@ LFM2 = HybridArchitecture(
     hf_architectures=("Lfm2ForCausalLM",),
     presets=PRESETS,
     tiny_preset="lfm2-tiny",
+    preset_keys=("vocab_size", "hidden_size", "intermediate_size", "layer_types", "num_heads", "num_kv_heads", "head_dim"),
     loader=checkpoints.load,
     **package_parts(Lfm2Config, Lfm2Reference, checkpoints, synthetic, block, quant),
 )

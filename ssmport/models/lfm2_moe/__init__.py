@@ -15,6 +15,8 @@ LFM2_MOE = HybridArchitecture(
     hf_architectures=("Lfm2MoeForCausalLM",),
     presets=PRESETS,
     tiny_preset="lfm2-moe-tiny",
+    preset_keys=("vocab_size", "hidden_size", "intermediate_size", "layer_types", "num_heads", "num_kv_heads", "head_dim",
+                 "num_dense_layers", "num_experts", "num_experts_per_tok", "moe_intermediate_size"),
     loader=checkpoints.load,
     **package_parts(Lfm2MoeConfig, Lfm2MoeReference, checkpoints, synthetic, block, quant),
 )

@@ -43,5 +43,7 @@ MAMBA1 = _Mamba1(
     hf_architectures=("MambaForCausalLM", "MambaModel", "FalconMambaForCausalLM", "FalconMambaModel"),
     presets=PRESETS,
     tiny_preset="mamba1-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "intermediate_size", "dt_rank", "state_size", "conv_kernel",
+                 "bcdt_norm_eps"),
     **package_parts(Mamba1Config, Mamba1Reference, checkpoints, synthetic, block, quant),
 )

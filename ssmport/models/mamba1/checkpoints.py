@@ -9,7 +9,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.loading import load_mamba_folder
-from ssmport.models.mamba1 import config
+import ssmport.models.mamba1.config as config
 from ssmport.models.mamba1.config import FAMILY, Mamba1Config
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ssmport.apple.graph import StatePart, StateSplit
+from ssmport.state import StatePart, StateSplit
 from ssmport.checkpoint import TensorSource
 from ssmport.models.mamba2 import block, checkpoints, quant, synthetic
 from ssmport.models.mamba2.config import PRESETS, Mamba2Config, is_mamba_ssm
@@ -49,5 +49,6 @@ MAMBA2 = _Mamba2(
     hf_architectures=("Mamba2ForCausalLM", "Mamba2Model"),
     presets=PRESETS,
     tiny_preset="mamba2-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "num_heads", "head_dim", "state_size", "n_groups", "conv_kernel"),
     **package_parts(Mamba2Config, Mamba2Reference, checkpoints, synthetic, block, quant),
 )

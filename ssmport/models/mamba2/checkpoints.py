@@ -8,7 +8,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.loading import load_mamba_folder
-from ssmport.models.mamba2 import config
+import ssmport.models.mamba2.config as config
 from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
 
 

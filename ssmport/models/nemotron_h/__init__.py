@@ -15,6 +15,8 @@ NEMOTRON_H = HybridArchitecture(
     hf_architectures=("NemotronHForCausalLM",),
     presets=PRESETS,
     tiny_preset="nemotron-h-tiny",
+    preset_keys=("vocab_size", "hidden_size", "intermediate_size", "pattern", "num_heads", "num_kv_heads", "head_dim",
+                 "mamba_heads", "mamba_head_dim", "state_size", "n_groups"),
     loader=checkpoints.load,
     **package_parts(NemotronHConfig, NemotronHReference, checkpoints, synthetic, block, quant),
 )

@@ -34,6 +34,9 @@ OLMO_HYBRID = _OlmoHybrid(
     hf_architectures=("OlmoHybridForCausalLM",),
     presets=PRESETS,
     tiny_preset="olmo-hybrid-tiny",
+    preset_keys=("vocab_size", "hidden_size", "intermediate_size", "layer_types", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                 "linear_key_head_dim", "linear_value_head_dim"),
     loader=checkpoints.load_hf,
     **package_parts(OlmoHybridConfig, OlmoHybridReference, checkpoints, synthetic, block, quant),
 )

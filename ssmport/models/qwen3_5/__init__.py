@@ -52,5 +52,8 @@ QWEN3_5 = Qwen35Architecture(
     hf_architectures=("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration"),
     presets=PRESETS,
     tiny_preset="qwen3.5-tiny",
+    preset_keys=("vocab_size", "hidden_size", "intermediate_size", "layer_types", "num_attention_heads",
+                 "num_key_value_heads", "head_dim", "linear_num_key_heads", "linear_num_value_heads",
+                 "linear_key_head_dim", "linear_value_head_dim"),
     **package_parts(Qwen35Config, Qwen35Reference, checkpoints, synthetic, block, quant),
 )

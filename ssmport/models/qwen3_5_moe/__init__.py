@@ -10,7 +10,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.package import package_parts
-from ssmport.models.qwen3_5 import Qwen35Architecture
+from ssmport.models.qwen3_5 import QWEN3_5, Qwen35Architecture
 from ssmport.models.qwen3_5_moe import block, checkpoints, quant, synthetic
 from ssmport.models.qwen3_5_moe.config import PRESETS, Qwen35MoeConfig
 from ssmport.models.qwen3_5_moe.reference import Qwen35MoeReference
@@ -34,5 +34,7 @@ QWEN3_5_MOE = _Qwen35Moe(
     hf_architectures=("Qwen3_5MoeForCausalLM", "Qwen3_5MoeForConditionalGeneration"),
     presets=PRESETS,
     tiny_preset="qwen3.5-moe-tiny",
+    preset_keys=(*QWEN3_5.preset_keys, "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+                 "shared_expert_intermediate_size"),
     **package_parts(Qwen35MoeConfig, Qwen35MoeReference, checkpoints, synthetic, block, quant),
 )

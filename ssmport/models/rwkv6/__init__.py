@@ -40,5 +40,6 @@ RWKV6 = _RWKV6(
     description="RWKV-6 Finch (x060): WKV-6 data-dependent decay state, BlinkDL .pth",
     presets=PRESETS,
     tiny_preset="rwkv6-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "attention_size", "head_size", "ffn_size"),  # LoRA ranks: the weights say
     **package_parts(RWKV6Config, RWKV6Reference, checkpoints, synthetic, block, quant),
 )

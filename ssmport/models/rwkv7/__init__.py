@@ -12,7 +12,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.models.rwkv7 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv7.config import PRESETS, WORLD_VOCAB_ROWS, RWKV7Config
 from ssmport.models.rwkv7.reference import RWKV7Reference
-from ssmport.apple.graph import StatePart, StateSplit
+from ssmport.state import StatePart, StateSplit
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.ops import wkv7
 from ssmport.state import StateSpec
@@ -61,6 +61,7 @@ RWKV7 = _RWKV7(
     hf_architectures=("RWKV7ForCausalLM", "RWKV7Model"),
     presets=PRESETS,
     tiny_preset="rwkv7-tiny",
+    preset_keys=("vocab_size", "hidden_size", "num_layers", "head_size", "ffn_size"),  # LoRA ranks: the weights say
     max_prefill_chunk=wkv7.MAX_CHUNK,
     **package_parts(RWKV7Config, RWKV7Reference, checkpoints, synthetic, block, quant),
 )

@@ -1,0 +1,73 @@
+"""What an export is asked to do: every option of `ssmport.export` / `ssmport export`, checked
+once, when the options are made, before any checkpoint is read (a Hub download can take
+minutes)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from ssmport.apple.graph import APPLE_MAINS, DECODE_MAIN
+from ssmport.bundle import check_bundle_name
+from ssmport.errors import SsmportError
+from ssmport.manifest import LAYOUTS
+from ssmport.parity import MAX_GATE_TOKENS
+from ssmport.prefill import DEFAULT_CHUNK, check_chunk
+from ssmport.quant import get_recipe
+from ssmport.state import STATE_DTYPES
+
+DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
+EXPORT_GATE_STEPS = 8
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """`quant` None: the model's default recipe (exporter.default_quant). `prefill_chunk`
+    None: a decode-only bundle (no "prefill"). `layout` "apple": the functions, states and
+    files Apple's engines load and drive (docs/apple-engines.md), with `apple_main` "decode"
+    (one token per call) or "chunk" (ssmport.apple.graph); the default "ssmport" is the M=1
+    decode graph + padded chunks. `context`: the positions a model with a KV cache holds
+    (None: its config's default). `profile_memory`: trace the peak RSS of every stage
+    (ssmport.memory) into the manifest. `weights`, `synthetic`, `seed`, `vocab`, `file`:
+    how a preset or checkpoint spec is loaded (ssmport.sources.load_model)."""
+
+    quant: str | None = None
+    state_dtype: str | None = DEFAULT_STATE_DTYPE  # None: the default
+    weights: str | Path | None = None
+    synthetic: bool = False
+    seed: int = 0
+    vocab: str | Path | None = None
+    file: str | None = None
+    name: str | None = None
+    overwrite: bool = False
+    gate: bool = True
+    gate_steps: int = EXPORT_GATE_STEPS
+    progress: bool = True
+    prefill_chunk: int | None = DEFAULT_CHUNK
+    layout: str = "ssmport"
+    apple_main: str = DECODE_MAIN
+    context: int | None = None
+    profile_memory: bool = False
+
+    def __post_init__(self) -> None:
+        if self.state_dtype is None:
+            object.__setattr__(self, "state_dtype", DEFAULT_STATE_DTYPE)
+        if self.state_dtype not in STATE_DTYPES:
+            raise SsmportError(f"unknown --state-dtype {self.state_dtype!r}; choose fp32 or fp16")
+        if self.quant is not None:
+            get_recipe(self.quant)
+        if self.gate and not 1 <= self.gate_steps <= MAX_GATE_TOKENS:
+            bound = "at least 1" if self.gate_steps < 1 else f"at most {MAX_GATE_TOKENS:,}"
+            raise SsmportError(f"--gate-steps must be {bound} (got {self.gate_steps:,}), or pass --no-gate")
+        if self.gate and isinstance(self.context, int) and 1 <= self.context < self.gate_steps:
+            # else found only by the gate, after the whole conversion
+            raise SsmportError(f"--context {self.context} holds fewer positions than the export gate's "
+                               f"{self.gate_steps} tokens (--gate-steps); give a larger --context, fewer "
+                               "--gate-steps, or --no-gate")  # fmt: skip
+        check_chunk(self.prefill_chunk)
+        if self.layout not in LAYOUTS:
+            raise SsmportError(f"unknown --layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
+        if self.apple_main not in APPLE_MAINS:
+            raise SsmportError(f"unknown --apple-main {self.apple_main!r}; choose one of: {', '.join(APPLE_MAINS)}")
+        if self.name is not None:
+            check_bundle_name(self.name)
