@@ -346,7 +346,8 @@ class MappedSource(TensorSource):
         source_name, transform = self._mapping[name]
         tensor = transform(self._source[source_name])
         # Refused rather than warned about: a NaN/Inf weight makes every output NaN.
-        if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+        # (a meta tensor, the gate's layer-streamed reference tracing a build, has no values)
+        if tensor.is_floating_point() and tensor.device.type != "meta" and not torch.isfinite(tensor).all():
             raise CheckpointError(f"{self.origin}: tensor {source_name} contains NaN or Inf values")
         return tensor
 

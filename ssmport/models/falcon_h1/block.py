@@ -47,7 +47,7 @@ def folded(cfg: FalconH1Config, src: TensorSource) -> TensorSource:
     def scaled(name: str):
         f = factors.get(name, 1.0)
         if isinstance(f, torch.Tensor):
-            return lambda t: t.float() * f.view(-1, *([1] * (t.dim() - 1)))
+            return lambda t: t.float() * f.to(t.device).view(-1, *([1] * (t.dim() - 1)))  # t may be meta
         return lambda t: t.float() * f
 
     return MappedSource(src, {n: (n, scaled(n)) for n in src}, src.shapes())

@@ -30,15 +30,15 @@ class Mamba1Block(nn.Module):
     def __init__(self, cfg: Mamba1Config, i: int, src: TensorSource, b: WeightBuilder, residual_dtype: torch.dtype):
         super().__init__()
         self.cfg, self.residual_dtype, m = cfg, residual_dtype, f"layers.{i}.mixer."
-        vec = lambda n: b.vector(n, src[n], role(n)) if n in src else None  # noqa: E731  (absent: the bias is off)
+        vec = lambda n, on=True: b.vector(n, src[n], role(n)) if on else None  # noqa: E731  (off: no such bias)
         mat = lambda n: b.matmul(n, src[n].t(), role(n))  # noqa: E731
         self.norm_w = vec(f"layers.{i}.norm.weight")
-        self.in_proj, self.in_bias = mat(m + "in_proj.weight"), vec(m + "in_proj.bias")
-        self.conv_w, self.conv_b = vec(m + "conv1d.weight"), vec(m + "conv1d.bias")
+        self.in_proj, self.in_bias = mat(m + "in_proj.weight"), vec(m + "in_proj.bias", cfg.use_bias)
+        self.conv_w, self.conv_b = vec(m + "conv1d.weight"), vec(m + "conv1d.bias", cfg.use_conv_bias)
         self.x_proj, self.dt_proj, self.dt_bias = mat(m + "x_proj.weight"), mat(m + "dt_proj.weight"), vec(m + "dt_proj.bias")
         self.A = b.vector(m + "A_log", -torch.exp(src[m + "A_log"].float()), role(m + "A_log"))  # stored as A = -exp(A_log)
         self.D = vec(m + "D")
-        self.out_proj, self.out_bias = mat(m + "out_proj.weight"), vec(m + "out_proj.bias")
+        self.out_proj, self.out_bias = mat(m + "out_proj.weight"), vec(m + "out_proj.bias", cfg.use_bias)
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         """x [T, D] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
