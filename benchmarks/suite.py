@@ -105,15 +105,17 @@ def ensure_bundle(preset: str, work: Path) -> Path:
 
 
 def ensure_blinkdl_pth(preset: str, work: Path) -> Path:
-    """The preset's synthetic weights as a BlinkDL .pth (for the `rwkv` package peer)."""
-    import torch
+    """The preset's synthetic weights as a BlinkDL .pth (for the `rwkv` package peer), in its
+    family's layout (x070 or x060)."""
+    import importlib
 
-    from ssmport.models.rwkv7.checkpoints import blinkdl_layout
+    import torch
 
     path = work / f"{preset}-synthetic-seed{DEFAULT_SEED}.pth"
     if not path.is_file():
         print(f"writing the peer checkpoint {path}", flush=True)
         model = ssmport.load_model(preset, synthetic=True)
+        blinkdl_layout = importlib.import_module(f"ssmport.models.{model.architecture.name}.checkpoints").blinkdl_layout
         layout = blinkdl_layout({n: model.weights.shape(n) for n in model.weights})
         sd = {n: model.weights[n].reshape(stored.shapes(model.weights.shape(n))[0]).contiguous()
               for n, (_, stored) in layout.items()}  # fmt: skip
@@ -303,12 +305,21 @@ class Peer:
 class RwkvPackagePeer(Peer):
     """BlinkDL's `rwkv` package (RWKV_x070) on the same weights, fp32 on the CPU."""
 
+    generation = "x070"
+
     def __init__(self, pth: Path):
-        os.environ["RWKV_V7_ON"] = "1"
+        # the package picks its model class from RWKV_V7_ON once, when rwkv.model is imported
+        if "rwkv.model" in sys.modules and os.environ.get("RWKV_V7_ON") != ("1" if self.generation == "x070" else None):
+            raise SystemExit("the rwkv package serves one RWKV generation per process: run rwkv6 and rwkv7 apart")
+        if self.generation == "x070":
+            os.environ["RWKV_V7_ON"] = "1"
+        else:
+            os.environ.pop("RWKV_V7_ON", None)
+            os.environ["RWKV_CUDA_ON"] = "0"
         os.environ.setdefault("RWKV_JIT_ON", "1")
         from rwkv.model import RWKV
 
-        self.name = f"rwkv=={version('rwkv')} RWKV_x070 cpu fp32"
+        self.name = f"rwkv=={version('rwkv')} RWKV_{self.generation} cpu fp32"
         self.model = RWKV(str(pth.with_suffix("")), "cpu fp32")
         self.state = None
 
@@ -325,6 +336,12 @@ class RwkvPackagePeer(Peer):
     def close(self) -> None:
         del self.model
         super().close()
+
+
+class RwkvX060Peer(RwkvPackagePeer):
+    """The `rwkv` package's RWKV-6 (x060) model class on the same weights."""
+
+    generation = "x060"
 
 
 # The functions of transformers' Mamba2Mixer that a kernel package or the `kernels` hub would
@@ -410,6 +427,7 @@ class TransformersMamba1Peer(TransformersMamba2Peer):
 # architecture -> (write the peer's checkpoint of a preset (cached), open a Peer on it)
 PEERS = {
     "rwkv7": (ensure_blinkdl_pth, RwkvPackagePeer),
+    "rwkv6": (ensure_blinkdl_pth, RwkvX060Peer),
     "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
     "mamba1": (ensure_mamba1_folder, TransformersMamba1Peer),
 }
