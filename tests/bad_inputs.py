@@ -398,9 +398,9 @@ _VALUES = [  # (id, what, key: layers | eps | hidden | vocab, value, message)
     ("hidden-0", "a width of 0", "hidden", 0, "hidden_size=0 is outside"),
     ("hidden-negative", "a negative width", "hidden", -128, "hidden_size=-128 is outside"),
     ("vocab-1e12", "a vocabulary of 10^12", "vocab", 10**12, "vocab_size=1000000000000 is outside"),
-    ("eps-nan", "a NaN epsilon (it would export a bundle that fails its gate)", "eps", float("nan"), "is not a positive number"),
+    ("eps-nan", "a NaN epsilon (not JSON: refused as the file's invalid JSON)", "eps", float("nan"), "invalid JSON (NaN is not a JSON number)"),
     ("eps-nan-object", "a NaN epsilon as transformers 5 writes it", "eps", {"__float__": "NaN"}, "is not a positive number"),
-    ("eps-infinity", "an infinite epsilon", "eps", float("inf"), "is not a positive number"),
+    ("eps-infinity", "an infinite epsilon (not JSON)", "eps", float("inf"), "invalid JSON (Infinity is not a JSON number)"),
     ("eps-zero", "an epsilon of 0", "eps", 0, "is not a positive number"),
     ("eps-negative", "a negative epsilon", "eps", -1e-5, "is not a positive number"),
     ("eps-string", "an epsilon written as a string", "eps", "1e-5", "is not a number"),
@@ -442,7 +442,7 @@ for cid, what, edit, message in (
     ("rwkv7-value-dim-per-layer", "value_dim differing per layer", _set("value_dim", [128, 64]), "per-layer value_dim"),
     ("rwkv7-lora-0", "a LoRA rank of 0", _set("decay_low_rank_dim", 0), "decay_low_rank_dim=0 is outside"),
     ("rwkv7-ratio-nan", "hidden_ratio NaN", lambda d: (d.pop("intermediate_size"), d.__setitem__("hidden_ratio", float("nan"))),
-     "hidden_ratio=nan is not a positive number"),
+     "invalid JSON (NaN is not a JSON number)"),
     ("rwkv7-ratio-huge", "hidden_ratio 10^30", lambda d: (d.pop("intermediate_size"), d.__setitem__("hidden_ratio", 1e30)),
      "hidden_size*hidden_ratio="),
     ("rwkv7-hybrid", "hybrid attention layers", _set("attn", {"layers": [1]}), "hybrid attention layers ('attn') is not supported"),
@@ -460,7 +460,7 @@ for cid, what, edit, message in (
     ("mamba2-groups-uneven", "heads that do not divide into the groups", _set("n_groups", 3), "heads do not divide into 3 groups"),
     ("mamba2-kernel-huge", "a conv kernel of 10^9", _set("conv_kernel", 10**9), "conv_kernel=1000000000 is outside"),
     ("mamba2-kernel-1", "a conv kernel of 1", _set("conv_kernel", 1), "conv kernel 1 < 2 is not supported"),
-    ("mamba2-dt-limit-nan", "a NaN time_step_limit", _set("time_step_limit", [0.0, float("nan")]), "is not a range 0 <= lo <= hi"),
+    ("mamba2-dt-limit-nan", "a NaN time_step_limit", _set("time_step_limit", [0.0, float("nan")]), "invalid JSON (NaN is not a JSON number)"),
     ("mamba2-dt-limit-shape", "a time_step_limit of three numbers", _set("time_step_limit", [0, 1, 2]), "is not a pair of numbers"),
     ("mamba2-conv-bias-string", "use_conv_bias written as a string", _set("use_conv_bias", "false"), "use_conv_bias='false' is not true or false"),
     ("mamba2-norm-before-gate", "norm_before_gate (transformers and mamba_ssm disagree)", _set("norm_before_gate", True),
@@ -470,7 +470,7 @@ for cid, what, edit, message in (
     case(cid, "export", f"mamba2 config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.m2, edit), *_out(e)], message)
 for cid, what, edit, message in (
     ("gdn-expand-v-huge", "expand_v 10^30", _set("expand_v", 1e30), "head_dim*expand_v=1.6e+31 is not a whole number"),
-    ("gdn-expand-v-nan", "expand_v NaN", _set("expand_v", float("nan")), "expand_v=nan is not a positive number"),
+    ("gdn-expand-v-nan", "expand_v NaN", _set("expand_v", float("nan")), "invalid JSON (NaN is not a JSON number)"),
     ("gdn-expand-v-fraction", "an expand_v that makes a fractional head", _set("expand_v", 1.03), "gives a fractional value head size"),
     ("gdn-v-heads-0", "num_v_heads 0", _set("num_v_heads", 0), "num_v_heads=0 is outside"),
     ("gdn-v-heads-uneven", "num_v_heads not a multiple of num_heads", _set("num_v_heads", 3), "is not a multiple of num_heads"),
@@ -500,7 +500,7 @@ case("context-huge", "export", "--context of 2^40 positions",
 case("context-beyond-training", "export", "--context beyond the model's max_position_embeddings",
      lambda e: ["export", "qwen3.5-tiny", "--synthetic", "--context", "257", *_out(e)],
      "--context 257 is beyond the model's max_position_embeddings (256)")  # fmt: skip
-case("quant-unknown", "export", "an unknown --quant", lambda e: ["export", e.pth, "--quant", "int4", *_out(e)], "invalid choice: 'int4'")
+case("quant-unknown", "export", "an unknown --quant", lambda e: ["export", e.pth, "--quant", "int3", *_out(e)], "invalid choice: 'int3'")
 case("state-dtype-unknown", "export", "an unknown --state-dtype", lambda e: ["export", e.pth, "--state-dtype", "fp8", *_out(e)],
      "invalid choice: 'fp8'")  # fmt: skip
 case("weights-and-synthetic", "export", "--weights with --synthetic",

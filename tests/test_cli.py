@@ -99,7 +99,7 @@ def test_gate_fails_with_exit_1_when_the_bundle_misses_its_thresholds(pth_fp16_b
         (["gate", "/no/such/bundle"], "not a bundle directory"),
         (["inspect", "."], "not an ssmport bundle"),
         (["tokenize", "/no/vocab.txt", "--text", "hi"], "no such vocab file"),
-        (["export", "rwkv7-tiny", "--quant", "int4"], "invalid choice: 'int4'"),
+        (["export", "rwkv7-tiny", "--quant", "int3"], "invalid choice: 'int3'"),
         (["export", "rwkv7-tiny", "--gate-steps", "0"], "--gate-steps must be at least 1"),
         (["frobnicate"], "invalid choice: 'frobnicate'"),
     ],
