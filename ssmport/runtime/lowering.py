@@ -15,6 +15,7 @@ message, not the end of ssmport, nor half a cache entry.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -191,8 +192,13 @@ def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
                                           "coreai_core": _coreai_version(), "files": files})  # fmt: skip
         # A process that lowered the same asset meanwhile may be loading its entry already:
         # a complete one is kept (replacing it would pull the files from under that load).
-        if rebuild or not cached_lowering_ok(target, key):
+        # Checking first, then replacing, left a window in which both processes finished at
+        # once and one replaced the entry the other had just placed and was loading (test_clean_exit:
+        # "No such file or directory", 1 run in about 60); the placement itself must refuse.
+        if rebuild:
             _replace_dir(entry, target)
+        elif not _place_if_absent(entry, target) and not cached_lowering_ok(target, key):
+            _replace_dir(entry, target)  # what is there is stale or damaged
     finally:
         staging.remove()
     return target, True
@@ -244,6 +250,18 @@ def _remove_stale_lowerings(folder: Path) -> None:
             continue
         if old:
             shutil.rmtree(d, ignore_errors=True)
+
+
+def _place_if_absent(new: Path, target: Path) -> bool:
+    """Move `new` to `target` unless an entry is there already (False). rename(2) never
+    replaces a non-empty directory, so the test and the move are one atomic step."""
+    try:
+        os.rename(new, target)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+            return False
+        raise
 
 
 def _replace_dir(new: Path, target: Path) -> None:
