@@ -50,7 +50,8 @@ from ssmport.sources import load_model  # noqa: E402
 def export_in_process_of_its_own(preset: str, recipe: str, out: Path, vocab: Path, context: int | None,
                                  gate_steps: int = 8) -> dict:
     cmd = [sys.executable, "-m", "ssmport.cli.main", "export", preset, "--synthetic", "--quant", recipe,
-           "--vocab", str(vocab), "-o", str(out), "-q", "--gate-steps", str(gate_steps)] + (
+           "--vocab", str(vocab), "-o", str(out), "-q", "--gate-steps", str(gate_steps),
+           "--profile-memory"] + (  # a manifest records the export's timings only when profiled
                ["--context", str(context)] if context else [])  # fmt: skip
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)

@@ -13,9 +13,14 @@ Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per mo
   peer                another implementation on the same weights, 1 thread and default threads:
                       rwkv7: BlinkDL's `rwkv` package, `RWKV_x070` (RWKV_V7_ON=1, JIT on,
                         strategy "cpu fp32"), the weights written as a BlinkDL .pth
+                      rwkv6: the same package's `RWKV_x060` (RWKV_V7_ON unset; one RWKV
+                        generation per process, so rwkv6 and rwkv7 presets run apart)
                       mamba2: transformers' `Mamba2ForCausalLM`, its pure-torch path (no
                         mamba_ssm / causal_conv1d / hub kernels), one token per call with its
-                        cache, the weights written as a transformers folder
+                        cache, the weights written as a transformers folder; mamba1 the same
+                        with `MambaForCausalLM` / `FalconMambaForCausalLM`
+                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h: transformers'
+                        own class on the weights in memory (benchmarks/hybrid_speed.py's peer)
                       gated_deltanet: none (see NO_PEER)
   mlx-lm              mlx-lm on MLX's CPU backend, same weights as the HF folder it loads
                       (benchmarks/peers_mlx.py), one token per call with its cache, pinned to
@@ -343,6 +348,34 @@ class RwkvX060Peer(RwkvPackagePeer):
 
     generation = "x060"
 
+    def __init__(self, pth: Path):
+        import torch
+
+        # its x060 class splits the heads by n_embd: a model whose dim_att differs (rwkv6-tiny) it cannot run
+        key = torch.load(pth, map_location="cpu", mmap=True, weights_only=True)["blocks.0.att.key.weight"]
+        if key.shape[0] != key.shape[1]:
+            raise PeerRefusal(f"the rwkv package runs x060 only with dim_att == n_embd; this model has dim_att "
+                              f"{key.shape[0]}, n_embd {key.shape[1]}")  # fmt: skip
+        super().__init__(pth)
+
+
+class PeerRefusal(Exception):
+    """A peer that cannot run this model: its line is left out, the reason recorded."""
+
+
+def hybrid_preset(preset: str, work: Path) -> str:
+    """The transformers hybrid peer builds its model in memory from the preset's synthetic
+    weights (benchmarks/hybrid_speed.py): nothing is written."""
+    return preset
+
+
+def open_transformers_hybrid(preset: str) -> Peer:
+    """transformers' own class of a hybrid on the preset's synthetic weights, its torch path:
+    benchmarks/hybrid_speed.py's peer (imported here, as it imports this module)."""
+    import hybrid_speed
+
+    return hybrid_speed.TransformersHybridPeer(hybrid_speed.synthetic_model(preset))
+
 
 # The functions of transformers' Mamba2Mixer that a kernel package or the `kernels` hub would
 # replace; each must dispatch to its own torch body.
@@ -430,6 +463,8 @@ PEERS = {
     "rwkv6": (ensure_blinkdl_pth, RwkvX060Peer),
     "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
     "mamba1": (ensure_mamba1_folder, TransformersMamba1Peer),
+    **{arch: (hybrid_preset, open_transformers_hybrid)
+       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h")},  # hybrid_speed's
 }
 # architecture -> why it has no peer line
 NO_PEER = {
@@ -561,12 +596,17 @@ def run_model(preset: str, work: Path, steps: int, warmup: int) -> dict:
     gc.collect()
     if peer:
         print(f"[{preset}] peer", flush=True)
-        opened = peer[1](peer_input)
         try:
-            peer_timed, peer_record = peer_lines(opened, check_logits, tokens, warmup)
-        finally:
-            opened.close()
-        lines |= peer_timed
+            opened = peer[1](peer_input)
+        except PeerRefusal as e:
+            opened, peer_record = None, {"refused": str(e)}
+            print(f"[{preset}] no peer line: {e}", flush=True)
+        if opened is not None:
+            try:
+                peer_timed, peer_record = peer_lines(opened, check_logits, tokens, warmup)
+            finally:
+                opened.close()
+            lines |= peer_timed
     else:
         peer_record = {"none": NO_PEER.get(arch, f"no peer is registered for {arch} (PEERS)")}
         print(f"[{preset}] no peer: {peer_record['none']}", flush=True)
@@ -768,9 +808,12 @@ def main() -> None:
     }
     a.out.parent.mkdir(parents=True, exist_ok=True)
     a.out.write_text(json.dumps(results, indent=2) + "\n")
-    plot(results, plot_path)
     print(table(results))
-    print(f"wrote {a.out} and {plot_path}")
+    try:
+        plot(results, plot_path)
+        print(f"wrote {a.out} and {plot_path}")
+    except ModuleNotFoundError as e:  # matplotlib comes with the [bench] extra; the table and JSON stand without it
+        print(f"wrote {a.out}; no plot ({e})")
 
 
 if __name__ == "__main__":

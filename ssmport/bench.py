@@ -45,7 +45,8 @@ def weight_bytes_per_token(manifest: Manifest) -> int:
 
 
 def state_bytes(manifest: Manifest) -> int:
-    return sum(math.prod(s.shape) * np.dtype(s.dtype).itemsize for s in manifest.states)
+    """Bytes of every state at its largest (a growing KV cache at the whole context)."""
+    return sum(math.prod(s.full_shape) * np.dtype(s.dtype).itemsize for s in manifest.states)
 
 
 def measure_read_bandwidth(nbytes: int = BANDWIDTH_BUFFER_BYTES, repeats: int = 8) -> float:
@@ -103,6 +104,8 @@ def bench_bundle(
     result["load_s_cached"] = time.perf_counter() - start
     try:
         times = step_times_ms(runner.step, runner.reset, tokens, warmup)
+        # the KV positions the last decode call read (a growing cache's allocation, else the context)
+        kv_positions = runner.kv_positions or m.context
         result["decode_ms_per_token"] = float(np.median(times))
         result["decode_ms_per_token_min"] = float(np.min(times))
         result["prefill_tokens_per_s"] = None
@@ -125,6 +128,10 @@ def bench_bundle(
     result["state_bytes"] = state_bytes(m)
     result["context"] = m.context  # None: no kv state
     result["kv_bytes_per_token"] = m.kv_bytes_per_token
+    # KV bytes a decode call read at the end of the timed steps (steps + warmup tokens held): they
+    # follow the tokens held in a growing cache (256 positions, doubled), the context in a static one
+    result["kv_positions_read"] = kv_positions
+    result["kv_bytes_read_per_token"] = m.kv_bytes_per_token * (kv_positions or 0)
     result["fixed_state_bytes"] = m.fixed_state_bytes
     result["asset_bytes"] = dir_bytes(bundle.asset_path)
     result["weight_bytes_per_token"] = weight_bytes_per_token(m)

@@ -14,7 +14,9 @@ from ssmport.manifest import LAYOUTS
 from ssmport.parity import MAX_GATE_TOKENS
 from ssmport.prefill import DEFAULT_CHUNK, check_chunk
 from ssmport.quant import get_recipe
+from ssmport.quant.budget import parse_size
 from ssmport.state import STATE_DTYPES
+from ssmport.verify import check_verify
 
 DEFAULT_STATE_DTYPE = "fp32"  # see docs/quantization.md for the drift measurement behind it
 EXPORT_GATE_STEPS = 8
@@ -27,8 +29,11 @@ class ExportOptions:
     files Apple's engines load and drive (docs/apple-engines.md), with `apple_main` "decode"
     (one token per call) or "chunk" (ssmport.apple.graph); the default "ssmport" is the M=1
     decode graph + padded chunks. `context`: the positions a model with a KV cache holds
-    (None: its config's default). `profile_memory`: trace the peak RSS of every stage
-    (ssmport.memory) into the manifest. `weights`, `synthetic`, `seed`, `vocab`, `file`:
+    (None: its config's default). `verify` K: a `verify` function for speculative decoding
+    (None: none; docs/speculative.md says why that is the default). `profile_memory`: trace
+    the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
+    most bytes under quant "auto" (ssmport.quant.auto). `weights`, `synthetic`, `seed`,
+    `vocab`, `file`:
     how a preset or checkpoint spec is loaded (ssmport.sources.load_model)."""
 
     quant: str | None = None
@@ -48,6 +53,8 @@ class ExportOptions:
     apple_main: str = DECODE_MAIN
     context: int | None = None
     profile_memory: bool = False
+    size_budget: int | str | None = None  # bytes, or a size string ("3.5MB"); with quant "auto" only
+    verify: int | None = None  # K: add the `verify` function checking K drafts a call (ssmport.verify)
 
     def __post_init__(self) -> None:
         if self.state_dtype is None:
@@ -56,6 +63,13 @@ class ExportOptions:
             raise SsmportError(f"unknown --state-dtype {self.state_dtype!r}; choose fp32 or fp16")
         if self.quant is not None:
             get_recipe(self.quant)
+        if (self.quant == "auto") != (self.size_budget is not None):
+            raise SsmportError("--quant auto needs --size-budget SIZE (e.g. 3.5MB, 2.2GB)" if self.quant == "auto"
+                               else "--size-budget applies to --quant auto only")  # fmt: skip
+        if isinstance(self.size_budget, str):
+            object.__setattr__(self, "size_budget", parse_size(self.size_budget))
+        if self.size_budget is not None and (not isinstance(self.size_budget, int) or self.size_budget < 1):
+            raise SsmportError(f"--size-budget must be a positive number of bytes (got {self.size_budget!r})")
         if self.gate and not 1 <= self.gate_steps <= MAX_GATE_TOKENS:
             bound = "at least 1" if self.gate_steps < 1 else f"at most {MAX_GATE_TOKENS:,}"
             raise SsmportError(f"--gate-steps must be {bound} (got {self.gate_steps:,}), or pass --no-gate")
@@ -65,6 +79,7 @@ class ExportOptions:
                                f"{self.gate_steps} tokens (--gate-steps); give a larger --context, fewer "
                                "--gate-steps, or --no-gate")  # fmt: skip
         check_chunk(self.prefill_chunk)
+        check_verify(self.verify)
         if self.layout not in LAYOUTS:
             raise SsmportError(f"unknown --layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
         if self.apple_main not in APPLE_MAINS:

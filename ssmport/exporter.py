@@ -17,10 +17,10 @@ import contextlib
 import ctypes
 import gc
 import hashlib
+import json
 import math
 import shutil
 import time
-import uuid
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,7 +36,9 @@ from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_
 from ssmport.contract import GraphSignature, check_contract, read_signature
 from ssmport.errors import SsmportError
 from ssmport.export_options import ExportOptions
+from ssmport import growing_kv
 from ssmport.files import check_free_space
+from ssmport.graph import CausalLM
 from ssmport.interrupts import interrupts_deferred
 from ssmport.manifest import (
     AssetEntry,
@@ -50,10 +52,19 @@ from ssmport.manifest import (
 from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
 from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
 from ssmport.progress import Stages
-from ssmport.quant import get_recipe
+from ssmport.quant import Recipe, get_recipe
+from ssmport.quant.auto import AutoPlan
 from ssmport.quant.plan import WeightBuilder, storage_key, summarize_plan
+from ssmport.reproducible import (
+    asset_metadata_json,
+    content_id,
+    creation_date,
+    deterministic_names,
+    name_folded_constants,
+)  # fmt: skip
 from ssmport.sources import load_model, source_paths, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
+from ssmport.verify import VERIFY_FUNCTION, build_verify
 
 EXPORT_GATE_PROMPTS = 1
 ASSET_OVERHEAD = 1 << 20  # the asset's graph and metadata beside the weights the plan counts
@@ -65,6 +76,9 @@ class ExportResult:
     manifest: Manifest
     gate_headline: str | None
     memory: MemoryTrace | None = None  # with profile_memory
+    # seconds, stage_seconds, peak_rss_mb: kept out of the manifest (a bundle is a function of
+    # its inputs, ssmport.reproducible) unless profile_memory asks for the measurements there
+    timings: dict[str, Any] | None = None
 
 
 def default_quant(model: LoadedModel) -> str:
@@ -97,15 +111,22 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                                    file=o.file, display=stages)  # fmt: skip
             if o.context is not None:
                 model = with_context(model, o.context)
-        recipe = get_recipe(o.quant or default_quant(model))
+        _check_tokenizer_files(model)  # before the heavy work, naming the user's file, not the staging copy
+        recipe, auto = get_recipe(o.quant or default_quant(model)), None
+        if recipe.name == "auto":
+            from ssmport.quant.auto import plan_auto
+
+            with stages.stage("Measuring precision sensitivity (auto)"):
+                auto = plan_auto(model, o.size_budget)
+            recipe = auto.recipe
         longest, chunk = model.architecture.max_prefill_chunk, o.prefill_chunk
         if o.layout == "ssmport" and chunk is not None and longest is not None and chunk > longest:
             raise SsmportError(f"--prefill-chunk {chunk}: {model.architecture.name}'s chunkwise prefill is "
                                f"exact for chunks of up to {longest} tokens")  # fmt: skip
         final = Path(out) / check_bundle_name(o.name or f"{model.name}-{recipe.name}")
         with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
-            manifest = _build_bundle(model, recipe.name, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
-                                     o.layout, o.apple_main)  # fmt: skip
+            manifest = _build_bundle(model, recipe, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
+                                     o.layout, o.apple_main, auto, o.verify)  # fmt: skip
             bundle = Bundle(tmp, manifest)
             headline = None
             if o.gate:
@@ -121,24 +142,31 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                 )  # fmt: skip
                 headline = report.headline()
                 counted = {"main": summarize(log.calls[-1])}
-                # A full prefill chunk is counted only for fp32 bundles: this runtime emulates fp16
+                # A full prefill chunk (and verify call) is counted only for fp32 bundles: this runtime emulates fp16
                 # and dequantizes int8 on every call, so one 64-row chunk of qwen3.5-0.8b
                 # int8keepproj took over 8 minutes here (`inspect --count-ops` counts it on demand).
-                if recipe.name == "fp32" and manifest.prefill is not None:
+                if recipe.name == "fp32" and (manifest.prefill is not None or manifest.verify is not None):
                     counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
-            manifest.export["seconds"] = round(time.perf_counter() - started, 2)
+                if manifest.verify is not None:
+                    from ssmport.verify import check_against_main
+
+                    manifest.export["verify_vs_main_rel_delta"] = check_against_main(bundle)
+            timings = {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()},
+                       "seconds": round(time.perf_counter() - started, 2)}  # fmt: skip
             if o.profile_memory:
                 trace.finish()
-                manifest.export["memory"] = trace.to_json()
-            manifest.export["peak_rss_mb"] = round(trace.peak_mb if o.profile_memory else maxrss_mb(), 1)
+                manifest.export |= timings | {"memory": trace.to_json()}
+            timings["peak_rss_mb"] = round(trace.peak_mb if o.profile_memory else maxrss_mb(), 1)
+            if o.profile_memory:
+                manifest.export["peak_rss_mb"] = timings["peak_rss_mb"]
             bundle.save_manifest()
-    return ExportResult(final, manifest, headline, trace if o.profile_memory else None)
+    return ExportResult(final, manifest, headline, trace if o.profile_memory else None, timings)
 
 
 def _build_bundle(
     model: LoadedModel,
-    quant: str,
+    recipe: Recipe,
     state_dtype: torch.dtype,
     out: Path,
     name: str,
@@ -146,12 +174,13 @@ def _build_bundle(
     prefill_chunk: int | None,
     layout: str = "ssmport",
     apple_main: str = "decode",
+    auto: AutoPlan | None = None,
+    verify: int | None = None,
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
-    recipe = get_recipe(quant)
     builder = WeightBuilder.for_architecture(recipe, arch, on_store=stages.advance)
 
-    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, apple_main)
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, apple_main, verify)
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
@@ -161,9 +190,13 @@ def _build_bundle(
             tokenizer = _write_tokenizer(model, out)
 
     plan = builder.plan_json()
+    plan_record = {"summary": summarize_plan(plan), "tensors": plan}
+    if auto is not None:
+        plan_record["auto"] = auto.record
+        _check_auto_fit(auto, plan_record["summary"]["total"], dir_bytes(out / ASSET))
     manifest = Manifest(
         ssmport_version=__version__,
-        bundle_id=uuid.uuid4().hex,
+        bundle_id="",  # the content's hash, below
         name=name,
         architecture=arch.name,
         config=cfg.to_json(),
@@ -173,20 +206,31 @@ def _build_bundle(
         main=_function_entry(signature),
         states=tuple(StateEntry(s.name, s.shape, s.dtype, spec.layout, spec.kind, spec.max_context)
                      for s, spec in zip(signature.states, specs)),  # fmt: skip
-        prefill=_prefill_entry(converted),
-        plan={"summary": summarize_plan(plan), "tensors": plan},
+        prefill=_rows_entry(converted, converted.prefill, converted.prefill_chunk),
+        verify=_rows_entry(converted, converted.verify, converted.verify_rows),
+        plan=plan_record,
         asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=_asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
         notes=list(model.notes),
-        export={"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()}},
         layout=layout,
     )
+    manifest.bundle_id = content_id(manifest.to_json())
     if layout == "apple":
         from ssmport.apple.export import write_files
 
         write_files(out, manifest, model)
     Bundle(out, manifest).save_manifest()
     return manifest
+
+
+def _check_auto_fit(auto: AutoPlan, plan_bytes: int, asset_bytes: int) -> None:
+    """The asset an `auto` plan made is within its budget, and the plan is what auto counted."""
+    if plan_bytes != auto.plan_bytes:  # a weight stored by a path auto does not count: a bug
+        raise SsmportError(f"internal: auto counted {auto.plan_bytes:,} bytes of weights, the plan holds {plan_bytes:,}")
+    if asset_bytes > auto.budget:
+        raise SsmportError(f"the asset came to {asset_bytes:,} bytes, {asset_bytes - auto.budget:,} over "
+                           f"--size-budget: its graph took {asset_bytes - plan_bytes:,} bytes beside the weights, "
+                           f"more than the {auto.reserve:,} auto reserves; give a budget that much larger")  # fmt: skip
 
 
 def _provenance(model: LoadedModel) -> dict:
@@ -208,6 +252,8 @@ class Converted:
     prefill_chunk: int | None
     specs: list  # the states of both functions, as the layout stores them
     layout: str = "ssmport"
+    verify: GraphSignature | None = None  # with --verify: the function checking K drafts
+    verify_rows: int | None = None
 
 
 @dataclass
@@ -228,13 +274,16 @@ def convert(
     prefill_chunk: int | None = DEFAULT_CHUNK,
     layout: str = "ssmport",
     apple_main: str = "decode",
+    verify: int | None = None,
 ) -> Converted:
     """Build the decode module (and the prefill module, when the architecture has one and
     `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
     function "main" and function "prefill", sharing the weights. `layout` "apple": the
     functions Apple's engines drive (ssmport.apple.graph), over the same blocks.
 
-    Both functions' signatures are read from the IR and checked against the contract.
+    `verify` K: a third function, "verify", checking K drafted tokens per call (ssmport.verify).
+
+    Every function's signature is read from the IR and checked against the contract.
     """
     stages = stages or Stages(enabled=False)
     arch, cfg = model.architecture, model.config
@@ -244,12 +293,15 @@ def convert(
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
+            checker = _verify_module(arch, module, verify) if verify and layout != "apple" else None
     _check_buffers(module, specs)
     if prefill is not None:
         prefill.eval()
         _check_buffers(prefill, specs)
     if layout == "apple":
-        functions, specs = _apple_functions(arch, cfg, module, prefill is not None, apple_main)
+        functions, specs = _apple_functions(arch, cfg, module, prefill is not None, apple_main, verify)
+    elif growing_kv.grows(specs) and isinstance(module, CausalLM):
+        functions, specs = _growing_functions(module, prefill, checker)
     else:
         # two distinct tensors: torch.export merges an input passed twice into one placeholder
         example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
@@ -257,7 +309,10 @@ def convert(
         if prefill is not None:
             functions.append(_Function(PREFILL_FUNCTION, prefill, example_inputs(prefill_chunk), PREFILL_INPUT_NAMES,
                                        OUTPUT_NAMES))  # fmt: skip
-    del module, prefill
+        if checker is not None:
+            functions.append(_Function(VERIFY_FUNCTION, checker, example_inputs(verify), PREFILL_INPUT_NAMES,
+                                       OUTPUT_NAMES))  # fmt: skip
+    del module, prefill, checker
     _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
@@ -268,7 +323,7 @@ def convert(
 
     with stages.stage("Converting to Core AI"):
         state_names = [s.name for s in specs]
-        with python_stdout_captured():
+        with python_stdout_captured(), deterministic_names():  # the same graph, the same names
             converter = _releasing_converter(builder, model.weights.storage_keys())
             for f, ep in zip(functions, programs):
                 converter = converter.add_exported_program(
@@ -277,6 +332,7 @@ def convert(
                 )  # fmt: skip
             with section("TorchConverter.to_coreai"):
                 program = converter.to_coreai()
+            name_folded_constants(program)
         contracts = [(f.name, f.inputs, f.outputs) for f in functions]
         with section("release torch module"):
             del functions, programs, converter
@@ -289,19 +345,47 @@ def convert(
                 check_contract(signatures[name], inputs, outputs, specs)
     prefill_sig = signatures.get(PREFILL_FUNCTION)
     chunk = None if prefill_sig is None else (_apple_rows(arch, specs) if layout == "apple" else prefill_chunk)
-    return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout)
+    verify_sig = signatures.get(VERIFY_FUNCTION)
+    return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout, verify_sig,
+                     verify if verify_sig is not None else None)  # fmt: skip
 
 
-def _apple_functions(arch, cfg, decode, with_prefill: bool, main_form: str) -> tuple[list[_Function], list]:
+def _verify_module(arch, decode: torch.nn.Module, k: int) -> torch.nn.Module:
+    """The verify function's module (ssmport.verify), refused where the chunk path cannot take K rows."""
+    longest = arch.max_prefill_chunk
+    if longest is not None and k > longest:
+        raise SsmportError(f"--verify {k}: {arch.name}'s chunkwise form is exact for up to {longest} tokens")
+    module = build_verify(decode, k)
+    if module is None:
+        raise SsmportError(f"--verify: {arch.name} builds its own decode module, which has no verify form")
+    return module.eval()
+
+
+def _apple_functions(arch, cfg, decode, with_prefill: bool, main_form: str,
+                     verify: int | None = None) -> tuple[list[_Function], list]:  # fmt: skip
     from ssmport.apple import export as apple
 
     main, prefill = apple.apple_modules(arch, cfg, decode, with_prefill, main_form)
+    checker = apple.verify_module(arch, cfg, decode, verify) if verify else None
     functions = []
-    for name, module in ((apple.MAIN, main), (apple.PREFILL, prefill)):
+    for name, module in ((apple.MAIN, main), (apple.PREFILL, prefill), (VERIFY_FUNCTION, checker)):
         if module is not None:
             example, dynamic = apple.example_and_shapes(module)
-            functions.append(_Function(name, module, example, apple.INPUT_NAMES, apple.OUTPUT_NAMES[name], dynamic))
+            outputs = apple.OUTPUT_NAMES[apple.MAIN if name == VERIFY_FUNCTION else name]
+            functions.append(_Function(name, module, example, apple.INPUT_NAMES, outputs, dynamic))
     return functions, list(main.specs)
+
+
+def _growing_functions(decode, prefill, checker) -> tuple[list[_Function], list]:
+    """The ssmport layout's functions with growing KV caches (ssmport.growing_kv)."""
+    functions = []
+    for name, lm, inputs in (("main", decode, INPUT_NAMES), (PREFILL_FUNCTION, prefill, PREFILL_INPUT_NAMES),
+                             (VERIFY_FUNCTION, checker, PREFILL_INPUT_NAMES)):  # fmt: skip
+        if lm is not None:
+            module = growing_kv.GrowingKVLM(lm).eval()
+            example, dynamic = module.example()
+            functions.append(_Function(name, module, example, inputs, OUTPUT_NAMES, dynamic))
+    return functions, list(functions[0].module.specs)
 
 
 def _apple_rows(arch, specs) -> int:
@@ -416,10 +500,11 @@ def _save_asset(converted: Converted, path: Path) -> None:
             program.save_asset(path)
         converted.program = program = None
         _return_freed_memory()
+        _settle_metadata(path)
         return
 
     def stamp(meta) -> None:
-        meta.creation_date = time.time()
+        meta.creation_date = creation_date()  # None unless SOURCE_DATE_EPOCH: ssmport.reproducible
         meta._producer = _COREAI_PRODUCER
 
     path.mkdir(parents=True)
@@ -432,20 +517,32 @@ def _save_asset(converted: Converted, path: Path) -> None:
     asset.update_metadata(updates=stamp)
     with section("hash bytecode"), open(asset._program_bytecode_path, "rb") as f:
         asset._program_hash_path.write_bytes(hashlib.file_digest(f, "sha256").digest())
+    _settle_metadata(path)
+
+
+def _settle_metadata(asset: Path) -> None:
+    """The asset's metadata.json, written again with sorted keys (the asset writer's order
+    changes from process to process) and the creation date of ssmport.reproducible."""
+    meta = asset / "metadata.json"
+    data = json.loads(meta.read_text())
+    date = creation_date()
+    if date is None:
+        data.pop("creationDate", None)  # save_asset (the fallback above) stamps the clock
+    meta.write_text(asset_metadata_json(data))
 
 
 def _function_entry(sig: GraphSignature) -> FunctionEntry:
     return FunctionEntry(sig.function, sig.inputs, sig.outputs)
 
 
-def _prefill_entry(converted: Converted) -> PrefillEntry | None:
-    """The prefill function's entry (same states as "main"), or None for decode-only bundles."""
-    sig = converted.prefill
+def _rows_entry(converted: Converted, sig: GraphSignature | None, chunk: int | None) -> PrefillEntry | None:
+    """The entry of a function over rows (prefill, verify: same states as "main"), or None
+    where the bundle has no such function."""
     if sig is None:
         return None
-    main = _function_entry(sig)
+    entry = _function_entry(sig)
     padding = "none" if converted.layout == "apple" else "valid_len"
-    return PrefillEntry(main.function, main.inputs, main.outputs, converted.prefill_chunk, padding)
+    return PrefillEntry(entry.function, entry.inputs, entry.outputs, chunk, padding)
 
 
 def _check_buffers(module: torch.nn.Module, specs) -> None:
@@ -453,6 +550,17 @@ def _check_buffers(module: torch.nn.Module, specs) -> None:
     want = [(s.name, s.shape, s.dtype) for s in specs]
     if got != want:
         raise SsmportError(f"decode module states {got} differ from the declared {want}")
+
+
+def _check_tokenizer_files(model: LoadedModel) -> None:
+    """The tokenizer_config.json and chat template that will travel with a tokenizer.json
+    must be readable: found only when writing the bundle, they failed the export at its end."""
+    from ssmport.tokenizers import HF_JSON_KIND, tokenizer_kind
+
+    if model.vocab_path is not None and tokenizer_kind(model.vocab_path) == HF_JSON_KIND:
+        from ssmport.tokenizers.chat_template import read_template
+
+        read_template(model.vocab_path.parent)
 
 
 def _write_tokenizer(model: LoadedModel, out: Path) -> TokenizerEntry | None:

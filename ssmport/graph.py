@@ -9,7 +9,9 @@ where a value is
 - the new slice (a tensor), or a tuple of rows that together are the slice (stacked without a
   concat: RWKV-7's two token-shift rows);
 - a `StateUpdate` (ssmport.ops.deferred): decode's deferred update, applied to the whole state;
-- `KVRows`: the new rows of a positional ("kv") state, written at the tokens' positions.
+- `KVRows`: the new rows of a positional ("kv") state, written at the tokens' positions;
+- `RingRows`: the new rows of a sliding-window ("ring") state, written at slot position mod
+  window (ssmport.ops.sliding).
 
 `CausalLM` gathers the values of every layer into one write per state, for decode (T = 1,
 `valid_len` None) and for chunked prefill (T = chunk, `valid_len` the real tokens), over the
@@ -28,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.ops import deferred
+from ssmport.ops import deferred, sliding
 from ssmport.ops.norms import layer_norm, rms_norm
 from ssmport.ops.rows import last_valid, read_layer, stack_rows, write_once
 from ssmport.state import StateSpec, register_states
@@ -50,6 +52,12 @@ class Step:
 
 class KVRows(NamedTuple):
     """A block's new rows of a kv state, [heads, T, head_dim]: written at the rows' positions."""
+
+    rows: torch.Tensor
+
+
+class RingRows(NamedTuple):
+    """A block's new rows of a ring state, [heads, T, head_dim]: written at their ring slots."""
 
     rows: torch.Tensor
 
@@ -175,6 +183,8 @@ def write_state_values(buffer: torch.Tensor, spec: StateSpec, values: list, step
         deferred.apply(buffer, values)
     elif isinstance(first, KVRows):
         _write_kv(buffer, [v.rows for v in values], step)
+    elif isinstance(first, RingRows):
+        sliding.write(buffer, [v.rows for v in values], step.positions, step.valid_len)
     else:
         rows = [r for v in values for r in (v if isinstance(v, tuple) else (v,))]
         write_once(buffer, rows)

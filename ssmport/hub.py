@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import shutil
+import tempfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, Protocol
 
 from ssmport.checkpoint import HF_WEIGHT_FILES, shard_names
 from ssmport.errors import SsmportError
+from ssmport.interrupts import stops_at_once
 from ssmport.tokenizers import HF_TOKENIZER_FILENAME, VOCAB_FILENAMES
 from ssmport.tokenizers.chat_template import CONFIG_FILE as TOKENIZER_CONFIG_FILE
 from ssmport.tokenizers.chat_template import TEMPLATE_FILE as CHAT_TEMPLATE_FILE
@@ -109,7 +111,11 @@ def fetch(
     what = f"{repo}@{revision}" if revision else repo
     _install_timeouts()
     with _client_errors(what, revision), _client_warnings_muted():
-        listing = _list_files(repo, revision)
+        # Nothing is written while the repo is listed: a stop signal ends a read blocked on a
+        # silent server at once (it never reached a safe point). Not the downloads below: they
+        # run in the client's worker threads, which would finish a file the main thread left.
+        with stops_at_once():
+            listing = _list_files(repo, revision)
         got = _Fetcher(listing, display)
         if file is not None:
             if not file.endswith(_SINGLE_FILE_SUFFIXES):
@@ -270,6 +276,13 @@ def _check_disk_space(repo: str, need: int, count: int) -> None:
 
     where = Path(constants.HF_HUB_CACHE).expanduser()
     probe = next((p for p in (where, *where.parents) if p.exists()), Path("/"))
+    if not where.exists() or where.is_dir():  # (a file there is the client's error, one line below)
+        try:  # what the client will do, tried first: its own failure here was a dozen lines
+            where.mkdir(parents=True, exist_ok=True)
+            tempfile.TemporaryFile(dir=where).close()
+        except OSError as exc:
+            raise SsmportError(f"{repo}: the Hub cache {where} cannot be written ({exc.strerror or exc}); "
+                               "point HF_HUB_CACHE at a writable folder") from None  # fmt: skip
     free = shutil.disk_usage(probe).free
     if need > free:
         raise SsmportError(

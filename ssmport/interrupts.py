@@ -7,7 +7,9 @@ ignored in ..." and lost (the export finished and exited 0), and one landing in 
 callback aborted the process (SIGABRT, the staging directory left behind). So a job wrapped
 in `interrupts_deferred()` only records the first stop signal; `raise_if_interrupted()`
 raises it at the next safe point (a stage boundary, each stored weight, before the final
-rename). A second one raises at once, for a user who will not wait.
+rename). A second one raises at once, for a user who will not wait. A block that may be
+abandoned anywhere (a Hub download, whose partial files are discarded) stops at once
+(`stops_at_once()`).
 
 SIGTERM (`kill`, a job scheduler, a container stopping) and SIGHUP (the terminal closing)
 stop a command the way Ctrl-C does, as `Terminated`: the CLI installs `terminate_raises()`,
@@ -25,6 +27,7 @@ from collections.abc import Iterator
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _pending: int | None = None  # the first stop signal recorded by interrupts_deferred(), not yet raised
 _deferring = False
+_at_once = False  # inside stops_at_once(): a stop signal raises where it lands
 
 
 class Terminated(BaseException):
@@ -104,7 +107,8 @@ def interrupts_deferred() -> Iterator[None]:
 
     def record(signum, frame):
         global _pending
-        if _pending is not None:  # the second one: stop now
+        if _pending is not None or _at_once:  # the second one, or a block that may stop anywhere
+            _pending = None
             _deliver(signum, previous.get(signum))
         _pending = signum
 
@@ -117,6 +121,24 @@ def interrupts_deferred() -> Iterator[None]:
             pending, _deferring, _pending = _pending, False, None
     if pending is not None:
         raise stop_exception(pending)
+
+
+@contextlib.contextmanager
+def stops_at_once() -> Iterator[None]:
+    """Inside `interrupts_deferred()`, a block that may be abandoned anywhere (it has written
+    nothing a half-done step would spoil, and cleans up in its own `finally`): a stop signal
+    raises where it lands, and one recorded before the block raises on entry. For blocking
+    reads: a Hub that accepts the connection and never answers never reaches a safe point."""
+    global _at_once
+    if not _deferring or _at_once:
+        yield
+        return
+    raise_if_interrupted()
+    _at_once = True
+    try:
+        yield
+    finally:
+        _at_once = False
 
 
 def raise_if_interrupted() -> None:

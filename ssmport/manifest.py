@@ -6,7 +6,8 @@ kinds and layouts), the per-tensor quantization plan, the tokenizer, export stat
 gate summary. Everything else in ssmport reads these fields, never the JSON keys.
 
 Schema versions: 2 adds state kinds ("fixed" / "kv") and the KV context. Version 1 manifests
-(every state fixed) are read as version 2.
+(every state fixed) are read as version 2. The "ring" kind (a sliding-window cache) needs no
+new version: a reader that does not know it refuses the bundle by its kind.
 """
 
 from __future__ import annotations
@@ -23,8 +24,11 @@ FORMAT_VERSION = 2
 READABLE_VERSIONS = (1, 2)
 DYNAMIC_DIM = -1  # a dimension each call sets (the apple layout's token and position counts)
 # The state kinds (ssmport.state re-uses these): "fixed", recurrent, any length; "kv", a
-# positional cache [L, 1, heads, context, head_dim].
-FIXED, KV = "fixed", "kv"
+# positional cache [L, 1, heads, context, head_dim]; "ring", a sliding-window cache
+# [L, 1, heads, window, head_dim] whose slot p mod window holds position p (ssmport.ops.sliding):
+# its size is the model's window, whatever the context.
+FIXED, KV, RING = "fixed", "kv", "ring"
+KINDS = (FIXED, KV, RING)
 LAYOUTS = ("ssmport", "apple")  # see ssmport.apple.graph for "apple"
 
 
@@ -51,7 +55,7 @@ class TensorEntry:
 @dataclass(frozen=True)
 class StateEntry(TensorEntry):
     layout: str = ""
-    kind: str = FIXED  # FIXED or KV
+    kind: str = FIXED  # FIXED, KV or RING
     # a kv state whose position axis is dynamic (DYNAMIC_DIM: the caller sizes the buffer, as
     # Apple's engines grow theirs; the apple layout of hybrids): the most positions it may hold
     max_context: int | None = None
@@ -61,8 +65,11 @@ class StateEntry(TensorEntry):
         base = TensorEntry.from_json(data, where)
         r = _Reader(data, where)
         kind = r.str("kind", FIXED)
-        if kind not in (FIXED, KV):
+        if kind not in KINDS:
             raise BundleError(f"{where}: state {base.name} has unknown kind {kind!r}")
+        if kind == RING and (len(base.shape) != 5 or min(base.shape) < 1):
+            raise BundleError(f"{where}: ring state {base.name} must be [layers, 1, heads, window, head_dim], "
+                              f"not {list(base.shape)}")  # fmt: skip
         max_context = r.optional_int("max_context")
         dynamic = kind == KV and len(base.shape) == 5 and base.shape[3] == DYNAMIC_DIM
         if dynamic != (max_context is not None) or (max_context is not None and max_context < 1):
@@ -85,6 +92,11 @@ class StateEntry(TensorEntry):
     def full_shape(self) -> tuple[int, ...]:
         """The shape of a buffer that holds the whole context (a fixed state's own)."""
         return self.shape if self.kind != KV else with_positions(self.shape, self.context)
+
+    @property
+    def window(self) -> int | None:
+        """The positions a ring state keeps (None for the other kinds)."""
+        return self.shape[3] if self.kind == RING else None
 
 
 def with_positions(kv_shape: tuple[int, ...], positions: int) -> tuple[int, ...]:
@@ -198,6 +210,9 @@ class Manifest:
     plan: dict[str, Any]  # {"summary": ..., "tensors": [PlanEntry json, ...]}
     asset: AssetEntry
     prefill: PrefillEntry | None = None
+    # with `export --verify K`: the function checking K drafted tokens (ssmport.verify); its
+    # chunk is K. Absent from bundles exported without it (and before it existed).
+    verify: PrefillEntry | None = None
     tokenizer: TokenizerEntry | None = None
     gate: GateSummary | None = None
     notes: list[str] = field(default_factory=list)
@@ -229,8 +244,12 @@ class Manifest:
         return sum(math.prod(with_positions(s.shape, 1)) * _ITEMSIZE[s.dtype] for s in self.kv_states)
 
     @property
+    def ring_states(self) -> tuple[StateEntry, ...]:
+        return tuple(s for s in self.states if s.kind == RING)
+
+    @property
     def fixed_state_bytes(self) -> int:
-        """Bytes of the states whose size does not depend on the context."""
+        """Bytes of the states whose size does not depend on the context (rings included)."""
         return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in self.states if s.kind != KV)
 
     def to_json(self) -> dict:
@@ -248,6 +267,7 @@ class Manifest:
             **self.main.to_json(),
             "states": [s.to_json() for s in self.states],
             "prefill": None if self.prefill is None else self.prefill.to_json(),
+            **({} if self.verify is None else {"verify": self.verify.to_json()}),
             "plan": self.plan,
             "asset": asdict(self.asset),
             "tokenizer": None if self.tokenizer is None else asdict(self.tokenizer),
@@ -282,6 +302,7 @@ class Manifest:
         if layout not in LAYOUTS:
             raise BundleError(f"{where}: unknown layout {layout!r} (this ssmport knows {', '.join(LAYOUTS)})")
         prefill = r.optional_dict("prefill")
+        verify = r.optional_dict("verify")
         tokenizer = r.optional_dict("tokenizer")
         gate = r.optional_dict("gate")
         notes, export = data.get("notes") or [], data.get("export") or {}
@@ -303,6 +324,7 @@ class Manifest:
             plan=plan,
             asset=r.record("asset", AssetEntry),
             prefill=None if prefill is None else PrefillEntry.from_json(prefill, f"{where} (prefill)"),
+            verify=None if verify is None else _verify_entry(verify, main, f"{where} (verify)"),
             tokenizer=None if tokenizer is None else _record(tokenizer, TokenizerEntry, f"{where} (tokenizer)"),
             gate=None if gate is None else _record(gate, GateSummary, f"{where} (gate)"),
             notes=[str(n) for n in notes],
@@ -311,6 +333,17 @@ class Manifest:
             format_version=int(version),
             layout=layout,
         )
+
+
+def _verify_entry(data: dict, main: FunctionEntry, where: str) -> PrefillEntry:
+    """The verify function's entry: logits for each of its K rows, over main's vocabulary."""
+    entry = PrefillEntry.from_json(data, where)
+    vocab = main.outputs[0].shape[-1]
+    rows = entry.inputs[0].shape[1]
+    if entry.function != "verify" or not entry.outputs or entry.outputs[0].shape != (1, rows, vocab):
+        raise BundleError(f"{where}: expected function 'verify' with logits [1, {rows}, {vocab}], got "
+                          f"{entry.function!r} with {[list(t.shape) for t in entry.outputs]}")  # fmt: skip
+    return entry
 
 
 class _Reader:

@@ -12,6 +12,13 @@ def sample_next(logits: np.ndarray, temperature: float, top_p: float, rng: np.ra
         raise SsmportError("need temperature >= 0 and 0 < top-p <= 1")
     if temperature == 0:
         return int(np.argmax(logits))
+    probs = sampling_probs(logits, temperature, top_p)
+    return int(rng.choice(len(probs), p=probs))
+
+
+def sampling_probs(logits: np.ndarray, temperature: float, top_p: float) -> np.ndarray:
+    """The distribution `sample_next` draws from at temperature > 0 (float64, sums to 1):
+    speculative decoding (ssmport.runtime.speculative) must keep exactly this one."""
     z = logits.astype(np.float64) / temperature
     probs = np.exp(z - z.max())
     probs /= probs.sum()
@@ -23,4 +30,4 @@ def sample_next(logits: np.ndarray, temperature: float, top_p: float, rng: np.ra
         mask = np.zeros_like(probs)
         mask[keep] = probs[keep]
         probs = mask / mask.sum()
-    return int(rng.choice(len(probs), p=probs))
+    return probs

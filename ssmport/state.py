@@ -8,9 +8,12 @@ Apple's GPU delegate keeps only one write per state handle, so a call must write
 exactly once: layers *return* their new slices (or updates) and the graph (ssmport.graph) turns
 them into a single in-place write per state.
 
-Two kinds: "fixed" states (recurrent: conv windows, WKV / SSM / delta-rule matrices), whose size
-does not depend on the sequence, and "kv" states, a positional cache
-[L_kind, 1, heads, context, head_dim] written at each token's position and read up to it.
+Three kinds: "fixed" states (recurrent: conv windows, WKV / SSM / delta-rule matrices), whose size
+does not depend on the sequence; "kv" states, a positional cache
+[L_kind, 1, heads, context, head_dim] written at each token's position and read up to it; and
+"ring" states, a sliding-window cache [L_kind, 1, heads, window, head_dim] written at slot
+position mod window and read under a mask built from the positions (ssmport.ops.sliding): a
+constant size, whatever the context.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import numpy as np
 import torch
 
 from ssmport.errors import SsmportError
-from ssmport.manifest import DYNAMIC_DIM, FIXED, KV, with_positions
+from ssmport.manifest import DYNAMIC_DIM, FIXED, KINDS, KV, RING, with_positions
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -44,16 +47,18 @@ class StateSpec:
     shape: tuple[int, ...]
     dtype: torch.dtype
     layout: str  # human-readable axis legend, e.g. "[layer, batch, head, key, value]"
-    kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache)
+    kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache) | RING (sliding window)
     # A kv state whose position axis is dynamic (DYNAMIC_DIM: each caller sizes the buffer, as
     # Apple's engines grow their KV caches): the most positions it may hold.
     max_context: int | None = None
 
     def __post_init__(self):
-        if self.kind not in (FIXED, KV):
-            raise ValueError(f"state {self.name}: kind must be {FIXED!r} or {KV!r}, not {self.kind!r}")
+        if self.kind not in KINDS:
+            raise ValueError(f"state {self.name}: kind must be one of {KINDS}, not {self.kind!r}")
         if self.kind == KV and len(self.shape) != 5:
             raise ValueError(f"kv state {self.name} must be [layers, 1, heads, context, head_dim], got {self.shape}")
+        if self.kind == RING and (len(self.shape) != 5 or self.shape[1] != 1 or min(self.shape) < 1):
+            raise ValueError(f"ring state {self.name} must be [layers, 1, heads, window, head_dim], got {self.shape}")
         dynamic = [i for i, d in enumerate(self.shape) if d == DYNAMIC_DIM]
         if dynamic not in ([], [3]) or (dynamic and self.kind != KV) or bool(dynamic) != (self.max_context is not None):
             raise ValueError(f"state {self.name}: only a kv state's position axis may be dynamic, with a max_context")
@@ -69,6 +74,11 @@ class StateSpec:
         if self.kind != KV:
             return None
         return self.max_context if self.dynamic else self.shape[3]
+
+    @property
+    def window(self) -> int | None:
+        """The positions a ring state keeps (None for the other kinds)."""
+        return self.shape[3] if self.kind == RING else None
 
     @property
     def full_shape(self) -> tuple[int, ...]:
@@ -136,6 +146,6 @@ class StateSplit:
     parts: tuple[StatePart, ...]
 
 
-__all__ = ["FIXED", "KV", "NUMPY_DTYPES", "STATE_DTYPES", "StatePart", "StateSpec", "StateSplit", "check_room",
+__all__ = ["FIXED", "KV", "NUMPY_DTYPES", "RING", "STATE_DTYPES", "StatePart", "StateSpec", "StateSplit", "check_room",
            "dtype_name", "register_states"]  # fmt: skip
 

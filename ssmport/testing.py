@@ -372,8 +372,9 @@ def _check_coreai(arch: Architecture, model: LoadedModel, bundle: Path | None, t
     with Runner(bundle) as runner:
         names = runner.state_names
         _require(names == [s.name for s in specs], f"runtime states {names} != declared {[s.name for s in specs]}")
-        manifest_states = [s.key for s in runner.bundle.manifest.states]
-        declared = [(s.name, s.shape, s.numpy_dtype.name) for s in specs]
+        # full shapes: a KV cache may be exported with a growing position axis (ssmport.growing_kv)
+        manifest_states = [(s.name, s.full_shape, s.dtype) for s in runner.bundle.manifest.states]
+        declared = [(s.name, s.full_shape, s.numpy_dtype.name) for s in specs]
         _require(manifest_states == declared, f"manifest states {manifest_states} != declared {declared}")
         got = step_logits(runner, tokens)
         unwritten = [n for n in names if not runner.state(n).any()]

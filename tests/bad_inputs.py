@@ -41,6 +41,8 @@ class Env:
     m2: Path  # a transformers Mamba-2 folder
     gdn: Path  # an fla Gated DeltaNet folder
     snapshot: Path  # a state snapshot of `tok`
+    moe: Path  # a transformers LFM2-MoE folder
+    rwkv6_pth: Path  # a BlinkDL RWKV-6 (x060) .pth
     setup_done: list = field(default_factory=list)  # undo callbacks (chattr -i, locks)
 
     def path(self, name: str) -> Path:
@@ -480,6 +482,41 @@ for cid, what, edit, message in (
     ("gdn-ratio-huge", "hidden_ratio 10^30", lambda d: (d.__setitem__("hidden_ratio", 1e30)), "hidden_size*hidden_ratio="),
 ):  # fmt: skip
     case(cid, "export", f"gdn config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.gdn, edit), *_out(e)], message)
+
+for cid, what, edit, message in (
+    ("moe-topk-over-experts", "num_experts_per_tok above num_experts", _set("num_experts_per_tok", 9),
+     "num_experts_per_tok 9 is not in [1, num_experts=8]"),
+    ("moe-topk-0", "num_experts_per_tok 0", _set("num_experts_per_tok", 0), "num_experts_per_tok=0 is outside [1, 4096]"),
+    ("moe-experts-huge", "num_experts 10^9 (nothing allocated for it)", _set("num_experts", 10**9), "num_experts"),
+    ("moe-norm-topk-string", "norm_topk_prob written as a string", _set("norm_topk_prob", "yes"),
+     "norm_topk_prob='yes' is not true or false"),
+    ("moe-scaling-negative", "a negative routed_scaling_factor", _set("routed_scaling_factor", -1.0), "routed_scaling_factor"),
+    ("moe-expert-bias-string", "use_expert_bias written as a string", _set("use_expert_bias", "no"),
+     "use_expert_bias='no' is not true or false"),
+):  # fmt: skip
+    case(cid, "export", f"lfm2_moe config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.moe, edit), *_out(e)], message)
+
+
+def _rwkv6_edit(e: Env, edit: Callable[[dict], None]) -> Path:
+    import torch
+
+    sd = torch.load(e.rwkv6_pth, weights_only=True)
+    edit(sd)
+    torch.save(sd, e.path("x060.pth"))
+    return e.path("x060.pth")
+
+
+case("rwkv6-missing-key", "export", "an RWKV-6 .pth with a tensor missing",
+     lambda e: ["export", _rwkv6_edit(e, lambda sd: sd.pop("blocks.1.att.time_faaaa")), *_out(e)],
+     "missing 1: blocks.1.att.time_faaaa")  # fmt: skip
+case("rwkv6-misshaped", "export", "an RWKV-6 .pth with a tensor of the wrong shape",
+     lambda e: ["export", _rwkv6_edit(e, lambda sd: sd.__setitem__("blocks.0.att.time_decay_w1", sd["blocks.0.att.time_decay_w1"][:, :8])),
+                *_out(e)],
+     "misshaped")  # fmt: skip
+case("int4-state-dtype", "export", "--quant int4keepproj with a state dtype that is not one",
+     lambda e: ["export", e.pth, "--quant", "int4keepproj", "--state-dtype", "int4", *_out(e)], "invalid choice: 'int4'")  # fmt: skip
+case("int4-recipe-case", "export", "a recipe name in capitals (`INT4`)",
+     lambda e: ["export", e.pth, "--quant", "INT4", *_out(e)], "invalid choice: 'INT4'")  # fmt: skip
 
 # === export: options =======================================================================
 case("layout-unknown", "export", "an unknown --layout", lambda e: ["export", e.pth, "--layout", "android", *_out(e)],

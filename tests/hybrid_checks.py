@@ -15,7 +15,10 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 
 import hybrid_files as hf
-from ssmport.runtime.chat import ChatTemplate
+from ssmport.errors import CheckpointError
+from ssmport.runtime import Runner
+from ssmport.runtime.chat import ChatSession, ChatTemplate
+from ssmport.sources import load_checkpoint
 from ssmport.torch_runner import TorchRunner
 
 TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 12, 12, 91, 0]  # a repeat: the state must carry
@@ -97,6 +100,18 @@ def rewrite(folder: Path, dst: Path, tensors: dict[str, torch.Tensor] | None = N
     return dst
 
 
+def assert_config_refused(folder: Path, dst: Path, edit, says: str) -> None:
+    """The folder with its config.json edited by `edit` is refused by loading, in one line
+    that contains `says`."""
+    bad = rewrite(folder, dst, config_edit=edit)
+    try:
+        load_checkpoint(bad)
+    except CheckpointError as exc:
+        assert says in str(exc) and "\n" not in str(exc)
+    else:
+        raise AssertionError(f"the edited config was loaded; expected a refusal saying {says!r}")
+
+
 def eager_prefill_logits(model, tokens: list[int]) -> np.ndarray:
     """The last logits [V] of ssmport's fp32 prefill module in torch, the tokens fed in chunks
     of prefill_checks.CHUNK at their positions (the last chunk padded)."""
@@ -111,3 +126,27 @@ def eager_prefill_logits(model, tokens: list[int]) -> np.ndarray:
             positions = torch.arange(start, start + CHUNK, dtype=torch.int32).view(1, CHUNK)
             logits = module(ids, positions, torch.tensor([len(part)], dtype=torch.int32))
     return logits.reshape(-1).numpy()
+
+
+def assert_chat_reuses_and_rewinds(bundle_path: Path, tokenizer, template: ChatTemplate) -> int:
+    """Turn 2 feeds only the new turn (turn 1's state, KV rows or rings included, is reused)
+    and its reply equals a cold run over the whole transcript; a different turn 2 rewinds to
+    the turn-1 snapshot. Returns turn 1's length in tokens."""
+    with Runner(bundle_path) as runner, Runner(bundle_path) as cold_runner:
+        session = ChatSession(runner, tokenizer, template)
+        "".join(session.send("hello world", max_tokens=5))
+        history = list(session.transcript)
+        assert runner.tokens == history
+        turn2 = history + tokenizer.encode(template.user_turn("how are you", first=False))
+        warm = "".join(session.generate(turn2, max_tokens=5))
+        assert session.last.reused_tokens == len(history) and not session.last.restored
+        assert session.last.fed_tokens == len(turn2) - len(history)
+        cold = ChatSession(cold_runner, tokenizer, template)
+        assert "".join(cold.generate(turn2, max_tokens=5)) == warm and cold.transcript == session.transcript
+
+        other = history + tokenizer.encode(template.user_turn("the state of a model", first=False))
+        rewound = session.prefill_to(other)
+        assert session.last.restored and session.last.reused_tokens == len(history)
+        cold_runner.reset()
+        assert np.abs(rewound - cold_runner.feed(other)).max() <= 1e-4
+    return len(history)

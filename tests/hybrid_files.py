@@ -44,6 +44,7 @@ KERNEL_PACKAGES = ("fla", "causal_conv1d", "mamba_ssm", "kernels", "flash_attn")
 MODELING_MODULES = (
     "transformers.models.qwen3_5.modeling_qwen3_5",
     "transformers.models.lfm2.modeling_lfm2",
+    "transformers.models.lfm3.modeling_lfm3",  # tests/lfm3_files.py
     "transformers.models.granitemoehybrid.modeling_granitemoehybrid",
     "transformers.models.nemotron_h.modeling_nemotron_h",
     "transformers.models.olmo_hybrid.modeling_olmo_hybrid",
@@ -507,9 +508,11 @@ TOKENIZER_TEXTS = ["the state of a recurrent model is fixed in size", "attention
 CHAT_TOKENS = {
     "qwen3_5": ("<|im_start|>", "<|im_end|>", "<|endoftext|>"),
     "lfm2": ("<|im_start|>", "<|im_end|>", "<|startoftext|>"),
+    "lfm3": ("<|im_start|>", "<|im_end|>", "<|startoftext|>"),
     "granite": ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>"),
     "nemotron_h": ("<SPECIAL_10>", "<SPECIAL_11>", "</s>"),
     "falcon_h1": ("<|im_start|>", "<|im_end|>", "<|end_of_text|>"),
+    "recurrent_gemma": ("<start_of_turn>", "<end_of_turn>", "<eos>"),
 }
 
 
@@ -596,7 +599,7 @@ def load_transformers(folder: Path):
 
     assert_torch_paths()
     name = json.loads((Path(folder) / "config.json").read_text())["architectures"][0]
-    assert name in ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Lfm2ForCausalLM",
+    assert name in ("Qwen3_5ForCausalLM", "Qwen3_5ForConditionalGeneration", "Lfm2ForCausalLM", "Lfm3ForCausalLM",
                     "GraniteMoeHybridForCausalLM", "NemotronHForCausalLM", "FalconH1ForCausalLM",
                     "Lfm2MoeForCausalLM", "Qwen3_5MoeForCausalLM"), name  # fmt: skip
     model = getattr(transformers, name).from_pretrained(str(folder), dtype=torch.float32)

@@ -120,15 +120,30 @@ class KVToyReference:
         return w["out"] @ rms_norm_naive(x, w["norm"], 1e-6)
 
 
+def toy_weights(shapes: dict[str, tuple[int, ...]], seed: int) -> DictSource:
+    """Random weights: "norm" gains near 1, matrices scaled by 1/sqrt(fan-in), vectors unit."""
+    g = torch.Generator().manual_seed(seed)
+    return DictSource({n: (1 + 0.1 * torch.randn(s, generator=g)) if n == "norm" else
+                       torch.randn(s, generator=g) / (math.sqrt(s[-1]) if len(s) == 2 else 1)
+                       for n, s in shapes.items()})  # fmt: skip
+
+
+def toy_embedding(src, b) -> Embedding:
+    return Embedding(b.table("emb", src["emb"], "embedding"))
+
+
+def toy_head(src, b) -> NormHead:
+    """The final RMSNorm ("norm") and the head ("out")."""
+    return NormHead(b.matmul("out", src["out"].t(), "head", out_dtype=b.recipe.logits_dtype),
+                    b.vector("norm", src["norm"], "norm"), 1e-6)  # fmt: skip
+
+
 class KVToy(ssmport.Architecture):
     def config_from_json(self, data):
         return KVToyConfig(**data)
 
     def synthetic_weights(self, c, seed):
-        g = torch.Generator().manual_seed(seed)
-        return DictSource({n: (1 + 0.1 * torch.randn(s, generator=g)) if n == "norm" else
-                           torch.randn(s, generator=g) / (math.sqrt(s[-1]) if len(s) == 2 else 1)
-                           for n, s in shapes(c).items()})  # fmt: skip
+        return toy_weights(shapes(c), seed)
 
     def state_specs(self, c, state_dtype):
         cache = (2, 1, c.kv_heads, c.context, c.head_dim)
@@ -138,9 +153,7 @@ class KVToy(ssmport.Architecture):
 
     def build_blocks(self, c, src, b):
         blocks = [Attention(c, i, src, b) if kind == "attn" else RNN(c, i, src, b) for i, kind in enumerate(PATTERN)]
-        head = NormHead(b.matmul("out", src["out"].t(), "head", out_dtype=b.recipe.logits_dtype),
-                        b.vector("norm", src["norm"], "norm"), 1e-6)
-        return Embedding(b.table("emb", src["emb"], "embedding")), blocks, head
+        return toy_embedding(src, b), blocks, toy_head(src, b)
 
     def reference(self, c, weights):
         return KVToyReference(c, weights)

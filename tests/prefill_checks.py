@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ssmport.runtime import Runner
+from ssmport.runtime import Runner, StateSnapshot
 
 CHUNK = 8
 LENGTHS = (1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5)
@@ -19,17 +19,17 @@ def prompt(n: int, vocab: int, seed: int = 0) -> list[int]:
     return np.random.default_rng(seed + n).integers(0, vocab, size=n).tolist()
 
 
-def run_prefill(module, tokens: list[int], pad: int = 0) -> torch.Tensor:
-    """Zero the eager prefill module's states, feed `tokens` chunk by chunk (the last one
+def run_prefill(module, tokens: list[int], pad: int = 0, T: int = CHUNK) -> torch.Tensor:
+    """Zero the eager prefill module's states, feed `tokens` in chunks of T (the last one
     padded with `pad`), return the last logits [V]."""
     for name, _ in module.named_buffers():
         getattr(module, name).zero_()
     with torch.no_grad():
-        for start in range(0, len(tokens), CHUNK):
-            chunk = tokens[start : start + CHUNK]
-            ids = torch.full((1, CHUNK), pad, dtype=torch.int32)
+        for start in range(0, len(tokens), T):
+            chunk = tokens[start : start + T]
+            ids = torch.full((1, T), pad, dtype=torch.int32)
             ids[0, : len(chunk)] = torch.tensor(chunk)
-            positions = torch.arange(start, start + CHUNK, dtype=torch.int32).view(1, CHUNK)  # attention reads them
+            positions = torch.arange(start, start + T, dtype=torch.int32).view(1, T)  # attention reads them
             logits = module(ids, positions, torch.tensor([len(chunk)], dtype=torch.int32))
     return logits.view(-1)
 
@@ -49,6 +49,26 @@ def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int, then: tuple[int, .
         # decoding continues from the state prefill left
         for t in then:
             assert np.abs(fast.step(t) - slow.step(t)).max() <= 1e-4
+
+
+def assert_snapshot_restores(bundle_path, first: list[int], then: list[int], meanwhile: list[int], path):
+    """On the Core AI runtime: a snapshot taken after `first`, saved to `path` and restored after
+    `meanwhile` was fed, decodes `then` to the very logits and states the first run did.
+    Returns the snapshot (callers check what it holds)."""
+    with Runner(bundle_path) as runner:
+        runner.feed(first)
+        snap = runner.snapshot()
+        cold = [runner.step(t) for t in then]
+        cold_states = {n: runner.state(n) for n in runner.state_names}
+        runner.feed(meanwhile)  # leave other values in the states
+        runner.restore(StateSnapshot.load(snap.save(path)))
+        assert runner.tokens == first
+        warm = [runner.step(t) for t in then]
+        for a, b in zip(cold, warm):
+            np.testing.assert_array_equal(a, b)
+        for n in runner.state_names:
+            np.testing.assert_array_equal(cold_states[n], runner.state(n))
+    return snap
 
 
 def eager_modules(model):

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from rwkv7_files import norms
+from rwkv7_files import fla_norms_and_ends, norms
 
 
 @dataclass(frozen=True)
@@ -119,3 +119,43 @@ def rwkv_package_run(pth: Path, tokens: list[int]) -> tuple[torch.Tensor, list[t
             out, state = model.forward([t], state)
             rows.append(out.float().clone())
     return torch.stack(rows), [s.clone() for s in state]
+
+
+def fla_from_blinkdl(sd: dict[str, torch.Tensor], d: Dims) -> tuple[dict, dict[str, torch.Tensor]]:
+    """fla's RWKV6ForCausalLM layout of an x060 state dict, and its config.json, as fla's
+    `utils/convert_from_rwkv6.py` and `fla/layers/rwkv6.py` lay them out: the five mixes in
+    fla's order r, w, k, v, g (x_bias rows, the column groups of x_proj.0 and x_proj.2)."""
+    C = d.width
+    out = fla_norms_and_ends(sd, d.layers)
+    for i in range(d.layers):
+        b, h = f"blocks.{i}.", f"model.layers.{i}."
+        a = b + "att."
+        out[h + "attn.x_proj.0.mu"] = sd[a + "time_maa_x"].view(-1)
+        ww, wk, wv, wr, wg = sd[a + "time_maa_w1"].view(C, 5, -1).unbind(1)  # BlinkDL's groups: w, k, v, r, g
+        out[h + "attn.x_proj.0.linear.weight"] = torch.cat((wr, ww, wk, wv, wg), -1).t()
+        ww, wk, wv, wr, wg = sd[a + "time_maa_w2"].unbind(0)
+        out[h + "attn.x_proj.2.weight"] = torch.cat((wr, ww, wk, wv, wg), 0).t()
+        out[h + "attn.x_bias"] = torch.stack([sd[a + f"time_maa_{m}"].view(-1) for m in "rwkvg"])
+        for proj in ("receptance", "key", "value", "gate"):
+            out[f"{h}attn.{proj[0]}_proj.linear.weight"] = sd[f"{a}{proj}.weight"]
+        out[h + "attn.w_proj.linear.lora.0.weight"] = sd[a + "time_decay_w1"].t()
+        out[h + "attn.w_proj.linear.lora.2.weight"] = sd[a + "time_decay_w2"].t()
+        out[h + "attn.w_proj.linear.lora.2.bias"] = sd[a + "time_decay"].view(-1)
+        out[h + "attn.bonus"] = sd[a + "time_faaaa"]
+        out[h + "attn.o_proj.weight"] = sd[a + "output.weight"]
+        f = b + "ffn."
+        out[h + "ffn.key.mu"] = sd[f + "time_maa_k"].view(-1)
+        out[h + "ffn.key.linear.weight"] = sd[f + "key.weight"]
+        out[h + "ffn.receptance.mu"] = sd[f + "time_maa_r"].view(-1)
+        out[h + "ffn.receptance.linear.weight"] = sd[f + "receptance.weight"]
+        out[h + "ffn.value.weight"] = sd[f + "value.weight"]
+    config = {  # every key fla's RWKV6Config saves, with this model's values
+        "model_type": "rwkv6", "architectures": ["RWKV6ForCausalLM"], "attn_mode": "chunk",
+        "hidden_size": C, "expand_k": d.att / C, "expand_v": d.att / C, "hidden_ratio": 3.5, "intermediate_size": d.ffn,
+        "num_hidden_layers": d.layers, "num_heads": d.att // d.head, "proj_low_rank_dim": d.d_mix,
+        "gate_low_rank_dim": d.d_decay, "hidden_act": "sqrelu", "max_position_embeddings": 2048, "norm_first": True,
+        "norm_bias": True, "norm_eps": 1e-5, "attn": None, "use_cache": True, "pad_token_id": None, "bos_token_id": 1,
+        "eos_token_id": 2, "tie_word_embeddings": False, "initializer_range": 0.02, "fuse_norm": True,
+        "fuse_cross_entropy": True, "fuse_linear_cross_entropy": False, "use_l2warp": False, "vocab_size": d.vocab,
+    }  # fmt: skip
+    return config, {k: v.contiguous() for k, v in out.items()}

@@ -90,21 +90,21 @@ def write_pth(path: Path, sd: dict[str, torch.Tensor]) -> Path:
     return path
 
 
+def fla_norms_and_ends(sd: dict[str, torch.Tensor], layers: int) -> dict[str, torch.Tensor]:
+    """What fla's RWKV folders (rwkv6, rwkv7) name alike: the embedding, the head, and every
+    LayerNorm / GroupNorm (ln0 is layer 0's pre_norm, ln_x the attention's g_norm)."""
+    out = {"model.embeddings.weight": sd["emb.weight"], "lm_head.weight": sd["head.weight"]}
+    pairs = [("blocks.0.ln0", "model.layers.0.pre_norm"), ("ln_out", "model.norm")]
+    pairs += [(f"blocks.{i}.{ours}", f"model.layers.{i}.{theirs}") for i in range(layers)
+              for ours, theirs in (("ln1", "attn_norm"), ("ln2", "ffn_norm"), ("att.ln_x", "attn.g_norm"))]  # fmt: skip
+    return out | {f"{theirs}.{p}": sd[f"{ours}.{p}"] for ours, theirs in pairs for p in ("weight", "bias")}
+
+
 def fla_from_blinkdl(sd: dict[str, torch.Tensor], d: Dims) -> tuple[dict, dict[str, torch.Tensor]]:
     """fla's RWKV7ForCausalLM layout of a BlinkDL state dict, and its config.json."""
-    out = {
-        "model.embeddings.weight": sd["emb.weight"],
-        "model.layers.0.pre_norm.weight": sd["blocks.0.ln0.weight"],
-        "model.layers.0.pre_norm.bias": sd["blocks.0.ln0.bias"],
-        "model.norm.weight": sd["ln_out.weight"],
-        "model.norm.bias": sd["ln_out.bias"],
-        "lm_head.weight": sd["head.weight"],
-    }
+    out = fla_norms_and_ends(sd, d.layers)
     for i in range(d.layers):
         b, h = f"blocks.{i}.", f"model.layers.{i}."
-        for ours, theirs in (("ln1", "attn_norm"), ("ln2", "ffn_norm"), ("att.ln_x", "attn.g_norm")):
-            out[f"{h}{theirs}.weight"] = sd[f"{b}{ours}.weight"]
-            out[f"{h}{theirs}.bias"] = sd[f"{b}{ours}.bias"]
         for m in "rwkvag":
             out[f"{h}attn.x_{m}"] = sd[f"{b}att.x_{m}"]  # stays [1, 1, C]
         for x in "wavg":

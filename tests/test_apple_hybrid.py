@@ -38,6 +38,11 @@ HYBRIDS = {
     "nemotron-h-tiny": ("nemotron_h", ["convStates", "recurrentStates"]),
     "olmo-hybrid-tiny": ("qwen3_5", ["convStates", "recurrentStates"]),
     "falcon-h1-tiny": ("falcon_h1", ["convStates", "recurrentStates"]),
+    # the mixture-of-experts hybrids: their dense siblings' states, routed experts in the MLPs
+    "lfm2-moe-tiny": ("lfm2", ["convStates"]),
+    "qwen3.5-moe-tiny": ("qwen3_5", ["convStates", "recurrentStates"]),
+    "nemotron-moe-tiny": ("nemotron_h", ["convStates", "recurrentStates"]),
+    "granite-moe-tiny": ("granite", ["convStates", "recurrentStates"]),
 }
 KV_PAIR = ["keyCache", "valueCache"]
 

@@ -1,7 +1,7 @@
 """`--layout apple`: bundles Apple's engines load and drive, checked on the Core AI runtime.
 
-For each built-in architecture (RWKV-7 on the trained rwkv7-pydoc, Mamba-2 and Gated DeltaNet on
-their tiny presets), with the default one-token `main` (and Mamba-2 with the "chunk" `main` too):
+For each built-in architecture (RWKV-7 on the trained rwkv7-pydoc, Mamba-2, Gated DeltaNet and
+RWKV-6 on their tiny presets), with the default one-token `main` (and Mamba-2 with the "chunk" `main` too):
 the functions have the signatures the engines accept (docs/apple-engines.md), the states are
 three fixed ones, metadata.json and the tokenizer files are there, check-engine says which
 engines drive it, the gate passes, and a multi-turn conversation fed exactly as Apple's
@@ -31,6 +31,7 @@ STATES = {
     "rwkv7-pydoc": ["recState", "attnShiftState", "ffnShiftState"],
     "mamba2-tiny": ["xConvState", "bcConvState", "ssmState"],
     "gated-deltanet-tiny": ["qkConvState", "vConvState", "recState"],
+    "rwkv6-tiny": ["recState", "attnShiftState", "ffnShiftState"],
 }
 
 
@@ -150,4 +151,14 @@ def test_apple_main_needs_the_apple_layout(tmp_path, capsys):
     code = cli(["export", "mamba2-tiny", "-o", str(tmp_path / "out"), "--apple-main", "chunk", "-q"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1 and "--apple-main applies to --layout apple only" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("preset", ["mamba1-tiny", "falcon-mamba-tiny"])
+def test_a_family_without_an_apple_layout_is_refused_in_one_line(preset, tmp_path, capsys):
+    """Mamba-1's prefill scan unrolls its 8-token blocks (ops.selective_scan.chunk): a fixed T only."""
+    code = cli(["export", preset, "-o", str(tmp_path / "out"), "--layout", "apple", "-q"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert "mamba1 has no apple layout: Apple's prefill takes a dynamic token count" in err
     assert not (tmp_path / "out").exists()

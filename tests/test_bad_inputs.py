@@ -26,6 +26,10 @@ import torch
 from bad_inputs import CASES, Env, markdown
 from gdn_files import GDNDims, write_gdn_folder
 from mamba2_files import Geometry, write_transformers_folder
+from moe_files import write_lfm2_moe
+from rwkv6_files import Dims as RWKV6Dims
+from rwkv6_files import blinkdl_state_dict as rwkv6_state_dict
+from rwkv6_files import write_pth as write_rwkv6_pth
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
 from ssmport.cli.main import INTERNAL_ERROR, main
 
@@ -67,7 +71,9 @@ def shared(tmp_path_factory, blinkdl_pth, pth_fp32_bundle):
         "other_pth": write_pth(root / "other.pth", blinkdl_state_dict(Dims(), seed=6)),
         "small_pth": write_pth(root / "small.pth", blinkdl_state_dict(Dims(width=64, head=32, ffn=128), seed=7)),
         "m2": write_transformers_folder(root / "m2", Geometry(), seed=1, tied=False),
-        "gdn": write_gdn_folder(root / "gdn", GDNDims(), seed=1), "snapshot": snapshot, "_roots": [root, pth_fp32_bundle.path, blinkdl_pth],
+        "gdn": write_gdn_folder(root / "gdn", GDNDims(), seed=1), "snapshot": snapshot,
+        "moe": write_lfm2_moe(root / "moe", seed=1),
+        "rwkv6_pth": write_rwkv6_pth(root / "x060.pth", rwkv6_state_dict(RWKV6Dims(), seed=1)), "_roots": [root, pth_fp32_bundle.path, blinkdl_pth],
     }  # fmt: skip
 
 

@@ -53,13 +53,13 @@ def test_peer_agreement_is_relative_to_the_logit_scale():
     assert not off["passed"] and off["max_rel_logit_delta"] > suite.PEER_MAX_REL_DELTA
 
 
-def _ssmport_logits(preset: str) -> np.ndarray:
+def _ssmport_logits(preset: str, tokens: list[int] = TOKENS) -> np.ndarray:
     import ssmport
     from ssmport.torch_runner import TorchRunner
 
     ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
     ref.reset()
-    return ref.step_each(TOKENS)
+    return ref.step_each(tokens)
 
 
 def test_transformers_mamba2_peer_runs_the_same_weights(tmp_path):
@@ -95,3 +95,51 @@ def test_the_mamba2_folder_loads_strictly_or_not_at_all(tmp_path):
     (folder / "config.json").write_text(json.dumps(config | {"num_hidden_layers": 3}))
     with pytest.raises(SystemExit, match="did not load strictly"):
         suite.TransformersMamba2Peer(folder)
+
+
+def test_the_olmo_hybrid_peer_is_transformers_on_the_same_weights():
+    """OLMo-Hybrid's peer line: transformers' OlmoHybridForCausalLM (hybrid_speed's peer) agrees first."""
+    assert suite.PEERS["olmo_hybrid"] == (suite.hybrid_preset, suite.open_transformers_hybrid)
+    tokens = [t % 256 for t in TOKENS]  # olmo-hybrid-tiny's vocabulary
+    peer = suite.open_transformers_hybrid("olmo-hybrid-tiny")
+    try:
+        lines, record = suite.peer_lines(peer, _ssmport_logits("olmo-hybrid-tiny", tokens), tokens, warmup=2)
+    finally:
+        peer.close()
+    assert record["agreement"]["passed"] and record["agreement"]["top1_agree"] == len(tokens)
+    assert "OlmoHybridForCausalLM" in record["name"] and set(lines) == {"peer_1thread", "peer_default"}
+
+
+def test_the_rwkv6_peer_refuses_attention_wider_than_the_model(tmp_path):
+    """rwkv6-tiny has dim_att 128 != n_embd 96, which the rwkv package's x060 class cannot run:
+    refused before the package is imported, its reason recorded (the line is left out)."""
+    pth = suite.ensure_blinkdl_pth("rwkv6-tiny", tmp_path)
+    with pytest.raises(suite.PeerRefusal, match="dim_att 128, n_embd 96"):
+        suite.RwkvX060Peer(pth)
+
+
+def test_the_rwkv6_peer_is_the_rwkv_package_on_the_same_weights(tmp_path):
+    """The x060 peer on a square tiny .pth, in a process of its own (the package serves one RWKV
+    generation per process): it agrees with ssmport's torch module before it is timed."""
+    import subprocess
+
+    tokens = [t % 320 for t in TOKENS]  # the test file's vocabulary (rwkv6_files.Dims)
+    script = f"""
+import sys
+sys.path[:0] = {[str(Path(__file__).parent), str(Path(suite.__file__).parent)]!r}
+import suite
+from rwkv6_files import Dims, blinkdl_state_dict, write_pth
+import ssmport
+from ssmport.torch_runner import TorchRunner
+pth = write_pth(__import__("pathlib").Path({str(tmp_path)!r}) / "x060.pth", blinkdl_state_dict(Dims(), seed=3))
+ref = TorchRunner(ssmport.load_model(str(pth)), "fp32")
+ref.reset()
+logits = ref.step_each({tokens!r})
+peer = suite.RwkvX060Peer(pth)
+lines, record = suite.peer_lines(peer, logits, {tokens!r}, warmup=2)
+assert record["agreement"]["passed"] and record["agreement"]["top1_agree"] == {len(tokens)}, record
+assert "RWKV_x060" in record["name"] and set(lines) == {{"peer_1thread", "peer_default"}}, (record, lines)
+print("ok", record["agreement"]["max_rel_logit_delta"])
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0 and "ok" in done.stdout, done.stderr[-2000:]

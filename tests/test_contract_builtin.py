@@ -58,6 +58,12 @@ def _mamba1_checkpoint(folder: Path) -> Path:
     from mamba1_files import FALCON, write_transformers_folder
 
     return write_transformers_folder(folder / "falcon-mamba-hf", FALCON, seed=25)
+def _lfm3_checkpoint(folder: Path) -> Path:
+    from lfm3_files import write_lfm3
+
+    return write_lfm3(folder / "lfm3", seed=27)
+
+
 def _lfm2_moe_checkpoint(folder: Path) -> Path:
     from moe_files import write_lfm2_moe
 
@@ -68,6 +74,12 @@ def _qwen3_5_moe_checkpoint(folder: Path) -> Path:
     from moe_files import write_qwen35_moe
 
     return write_qwen35_moe(folder / "qwen3_5_moe", seed=26)
+
+
+def _recurrent_gemma_checkpoint(folder: Path) -> Path:
+    from recurrent_gemma_files import write
+
+    return write(folder / "recurrent_gemma", seed=27)
 
 
 def _hybrid_checkpoint(name: str):
@@ -89,12 +101,14 @@ CHECKPOINT_WRITERS = {
 
     "lfm2": _hybrid_checkpoint("lfm2"),
     "lfm2_moe": _lfm2_moe_checkpoint,
+    "lfm3": _lfm3_checkpoint,
     "qwen3_5_moe": _qwen3_5_moe_checkpoint,
     "granitemoehybrid": _hybrid_checkpoint("granite-h"),
     "nemotron_h": _hybrid_checkpoint("nemotron-h"),
     "olmo_hybrid": _olmo_hybrid_checkpoint,
     "mamba1": _mamba1_checkpoint,
     "falcon_h1": _hybrid_checkpoint("falcon-h1"),
+    "recurrent_gemma": _recurrent_gemma_checkpoint,
 }
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from rwkv7_files import Dims, blinkdl_state_dict, rwkv_package_logits, write_pth
-from ssmport.ops.matmul import FloatMatmul, out_blocks
+from ssmport.ops.matmul import FloatMatmul, out_blocks, reference_sums
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.recipes import get_recipe
 from ssmport.runtime import Runner
@@ -27,6 +27,26 @@ def test_blocked_matmul_is_x_at_w(shape):
     assert m.blocks == 4 and m.weight.shape == (4, 96, 1024)
     x = torch.randn(*shape, generator=torch.Generator().manual_seed(1))
     torch.testing.assert_close(m(x), x @ w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("n_out", [2048, 4096])  # one block; four column blocks
+@pytest.mark.parametrize("rows", [1, 3])
+def test_reference_sums_are_as_accurate_as_the_reference_loops(n_out, rows):
+    """Under `reference_sums` a float matmul sums as accurately as the reference loops' W @ x
+    (torch's CPU x @ W [in, out] adds the 2048 products in a row: 4x the error at this width).
+    Outside it (every runner, every export) the product is the plain x @ W."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(2048, n_out, generator=g) / 2048**0.5
+    x = torch.randn(rows, 2048, generator=g)
+    m = FloatMatmul(w)
+    exact = x.double() @ w.double()
+    error = lambda y: (y.double() - exact).abs().max().item()  # noqa: E731
+    loop = torch.stack([torch.mv(w.t().contiguous(), row) for row in x])  # W [out, in] @ x, row by row
+    with reference_sums():
+        summed = m(x)
+    assert error(summed) <= 2 * error(loop)
+    if n_out == 2048:
+        assert torch.equal(m(x), x @ w)
 
 
 def test_plan_records_the_logical_shape():

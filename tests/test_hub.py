@@ -263,6 +263,37 @@ def test_a_hub_that_never_answers_times_out(hub, tmp_path, capsys, monkeypatch):
     assert time.monotonic() - started < 40
 
 
+def test_sigterm_while_the_hub_read_is_blocked(hub, tmp_path, capsys, monkeypatch, terminal_signals):
+    """SIGTERM while the client waits on a server that never answers: it waited for a safe
+    point the blocked read never reached (until the timeout, or forever without one). Nothing
+    is written yet, so the export stops at once: exit 143, one line, nothing left."""
+    import threading
+
+    monkeypatch.setenv("HF_HUB_ETAG_TIMEOUT", "60")
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "60")
+    hub.bad.silent = True
+    threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    started = time.monotonic()
+    code, out, err = export(capsys, tmp_path / "out", "org/repo", "--no-gate")
+    assert (code, err) == (143, "ssmport: terminated (SIGTERM)\n")
+    assert time.monotonic() - started < 10
+    assert_no_bundle(tmp_path / "out")
+    assert cache_files(hub.cache) == []
+
+
+@pytest.mark.parametrize("cache", ["a file", "read-only"])
+def test_an_unusable_hub_cache_is_one_line(hub, pth_bytes, tmp_path, capsys, cache):
+    """HF_HUB_CACHE that is a file, or on a read-only filesystem (/proc: read-only even for
+    root): one line naming it, not the client's multi-line chatter."""
+    hub.add_repo("org/tiny", {"tiny.pth": pth_bytes})
+    path = tmp_path / "cache-file" if cache == "a file" else Path("/proc/ssmport-hub-cache")
+    if cache == "a file":
+        path.write_text("not a folder")
+    set_hub_env({"HF_HUB_CACHE": str(path)})
+    said = "org/tiny: download failed" if cache == "a file" else "the Hub cache /proc/ssmport-hub-cache cannot be written"
+    fails(capsys, tmp_path, said, "org/tiny")
+
+
 def test_unknown_revision(hub, pth_bytes, tmp_path, capsys):
     hub.add_repo("org/tiny", {"tiny.pth": pth_bytes})
     fails(capsys, tmp_path, "org/tiny@v9: the repo has no revision 'v9'", "org/tiny@v9")

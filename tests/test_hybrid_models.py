@@ -15,7 +15,8 @@ import hashlib
 import numpy as np
 import pytest
 import torch
-from hybrid_checks import CORE_AI_ATOL, FAMILIES, TOKENS, assert_close_to, chat_template, rewrite, tensors_of
+from hybrid_checks import (CORE_AI_ATOL, FAMILIES, TOKENS, assert_chat_reuses_and_rewinds, assert_close_to, chat_template,
+                           rewrite, tensors_of)  # fmt: skip
 from ir_checks import writes_per_state
 from prefill_checks import CHUNK, LENGTHS, assert_coreai_prefill_equals_m1_loop
 
@@ -26,7 +27,6 @@ from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 from ssmport.runtime import Runner
-from ssmport.runtime.chat import ChatSession
 from ssmport.sources import load_checkpoint
 from ssmport.tokenizers import load_tokenizer
 
@@ -145,24 +145,7 @@ def test_chat_reuses_the_state_and_equals_a_cold_run(bundle, folder, family):
     reused) and its reply equals a cold run over the whole transcript; a different turn 2
     rewinds to the turn-1 snapshot."""
     tokenizer = load_tokenizer(bundle.path / bundle.manifest.tokenizer.path)
-    template = chat_template(family, folder / "tokenizer.json")
-    with Runner(bundle.path) as runner, Runner(bundle.path) as cold_runner:
-        session = ChatSession(runner, tokenizer, template)
-        "".join(session.send("hello world", max_tokens=5))
-        history = list(session.transcript)
-        assert runner.tokens == history
-        turn2 = history + tokenizer.encode(template.user_turn("how are you", first=False))
-        warm = "".join(session.generate(turn2, max_tokens=5))
-        assert session.last.reused_tokens == len(history) and not session.last.restored
-        assert session.last.fed_tokens == len(turn2) - len(history)
-        cold = ChatSession(cold_runner, tokenizer, template)
-        assert "".join(cold.generate(turn2, max_tokens=5)) == warm and cold.transcript == session.transcript
-
-        other = history + tokenizer.encode(template.user_turn("the state of a model", first=False))
-        rewound = session.prefill_to(other)
-        assert session.last.restored and session.last.reused_tokens == len(history)
-        cold_runner.reset()
-        assert np.abs(rewound - cold_runner.feed(other)).max() <= 1e-4
+    assert_chat_reuses_and_rewinds(bundle.path, tokenizer, chat_template(family, folder / "tokenizer.json"))
 
 
 def test_context_sizes_the_kv_cache_within_what_the_model_was_trained_for(folder, tmp_path):

@@ -14,7 +14,7 @@ import pytest
 import torch
 from ir_checks import writes_per_state
 from kvtoy import KVTOY, KVToyConfig
-from prefill_checks import CHUNK, LENGTHS, assert_coreai_prefill_equals_m1_loop, prompt
+from prefill_checks import CHUNK, LENGTHS, assert_coreai_prefill_equals_m1_loop, assert_snapshot_restores, prompt
 
 from ssmport.architectures import LoadedModel
 from ssmport.errors import SsmportError
@@ -22,7 +22,7 @@ from ssmport.exporter import convert, export
 from ssmport.graph import CausalLM
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.runtime import Runner, StateSnapshot
+from ssmport.runtime import Runner
 
 CFG = KVToyConfig()
 
@@ -132,21 +132,9 @@ def test_coreai_prefill_equals_the_m1_loop(bundle, n):
 
 
 def test_snapshot_of_kv_rows_restores_exactly(bundle, tmp_path):
-    first, then = prompt(11, CFG.vocab_size), prompt(6, CFG.vocab_size, seed=5)
-    with Runner(bundle) as runner:
-        runner.feed(first)
-        snap = runner.snapshot()
-        assert snap.states["keyCache"].shape == (2, 1, CFG.kv_heads, 11, CFG.head_dim)  # rows up to the length only
-        cold = [runner.step(t) for t in then]
-        cold_states = {n: runner.state(n) for n in runner.state_names}
-        runner.feed(prompt(20, CFG.vocab_size, seed=9))  # leave other rows behind in the cache
-        runner.restore(StateSnapshot.load(snap.save(tmp_path / "kv.safetensors")))
-        assert runner.tokens == first
-        warm = [runner.step(t) for t in then]
-        for a, b in zip(cold, warm):
-            np.testing.assert_array_equal(a, b)
-        for n in runner.state_names:
-            np.testing.assert_array_equal(cold_states[n], runner.state(n))
+    snap = assert_snapshot_restores(bundle, prompt(11, CFG.vocab_size), prompt(6, CFG.vocab_size, seed=5),
+                                    prompt(20, CFG.vocab_size, seed=9), tmp_path / "kv.safetensors")  # fmt: skip
+    assert snap.states["keyCache"].shape == (2, 1, CFG.kv_heads, 11, CFG.head_dim)  # rows up to the length only
 
 
 def test_feeding_past_the_context_is_refused(bundle):

@@ -139,9 +139,10 @@ def test_manifest_states_tokenizer_and_chat_template(bundles):
     m = bundles["fp32"].manifest
     assert m.architecture == "olmo_hybrid" and m.context == CONTEXT
     assert [(s.name, s.shape, s.kind) for s in m.states] == [
-        ("keyCache", (2, 1, 2, CONTEXT, 12), "kv"), ("valueCache", (2, 1, 2, CONTEXT, 12), "kv"),
+        ("keyCache", (2, 1, 2, -1, 12), "kv"), ("valueCache", (2, 1, 2, -1, 12), "kv"),  # grown up to CONTEXT
         ("convStates", (3, 1, 4, 2 * 2 * 8 + 4 * 12), "fixed"), ("recurrentStates", (3, 1, 4, 8, 12), "fixed"),
     ]  # fmt: skip
+    assert [s.context for s in m.kv_states] == [CONTEXT, CONTEXT]
     assert m.tokenizer.config == "tokenizer/tokenizer_config.json" == m.tokenizer.chat_template
     bundle = Bundle.open(bundles["fp32"].path)
     t = chat_template(bundle, bundle_tokenizer(bundle))

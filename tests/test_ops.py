@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from ssmport.ops import attention, conv, deferred, delta_rule, norms, rows, scan, segsum, ssd, triangular, wkv7
+from ssmport.ops import attention, conv, deferred, delta_rule, norms, rglru, rows, scan, segsum, ssd, triangular, wkv7
 
 G = torch.Generator().manual_seed(0)
 
@@ -297,3 +297,52 @@ def test_wkv7_chunk_holds_in_fp32_at_the_longest_chunk_and_the_strongest_decay()
             (v, (1, H, 1, Nv)))))  # fmt: skip
     assert torch.isfinite(S_chunk).all() and torch.isfinite(y_chunk).all()
     close(S_chunk.double(), S.view(H, N, Nv), 1e-4)
+
+
+# --- RG-LRU (RecurrentGemma) ------------------------------------------------------------------
+
+
+def _rglru_inputs(T: int, start: int, strong: bool = False):
+    """A 3-head RG-LRU of width 12 (head width 4) over T tokens from position `start`; Λ
+    spread so that -8 softplus(Λ) r reaches -40 per token (`strong`: -200)."""
+    heads, d = 3, 4
+    w_i, w_r, b_i, b_r = randn(heads, d, d), randn(heads, d, d), randn(heads, d), randn(heads, d)
+    lam = randn(heads * d) * (25.0 if strong else 4.0)
+    x, positions = randn(T, heads * d), torch.arange(start, start + T)
+    h0 = torch.zeros(heads * d) if start == 0 else randn(heads * d)
+    log_a, u, reset = rglru.gate(x, torch.cat([w_i, w_r], -1), torch.cat([b_i, b_r], -1).unsqueeze(1),
+                                 rglru.DECAY_SCALE * torch.nn.functional.softplus(lam), positions)  # fmt: skip
+    return (h0, x, w_i, b_i, w_r, b_r, lam, positions), (log_a, u, reset)
+
+
+@pytest.mark.parametrize("start", [0, 3])
+def test_rglru_gate_and_decode_equal_the_naive_step(start):
+    (h0, x, w_i, b_i, w_r, b_r, lam, positions), (log_a, u, reset) = _rglru_inputs(9, start)
+    h, hd = h0.clone(), h0.clone()
+    for t in range(9):
+        h, y = rglru.naive_step(h, x[t], w_i, b_i, w_r, b_r, lam, int(positions[t]) == 0)
+        hd = rglru.decode(hd, log_a[t : t + 1], u[t : t + 1], reset[t : t + 1]).view(-1)
+        close(hd, y)
+    assert bool(reset[0]) == (start == 0) and not reset[1:].any()
+
+
+@pytest.mark.parametrize("T, valid, start, block", [(1, 1, 0, 16), (8, 5, 0, 16), (32, 32, 0, 16), (32, 27, 4, 8),
+                                                    (48, 48, 2, 16), (20, 13, 0, 16)])  # fmt: skip
+def test_rglru_chunk_equals_the_m1_loop(T, valid, start, block):
+    """Several pairwise blocks (T a multiple of the block) and one (20, 1), padding rows last."""
+    (h0, *_), (log_a, u, reset) = _rglru_inputs(T, start)
+    h, last = rglru.chunk(h0, log_a, u, reset, torch.tensor([valid]), pair_block=block)
+    want, want_last = rglru.chunk_naive(h0, log_a, u, reset, valid)
+    close(h[:valid], want[:valid])
+    close(last, want_last)
+
+
+def test_rglru_chunk_holds_at_the_strongest_decay():
+    """log a down to -200 per token: a prefix product over a 64-token chunk would be exp(-12800)."""
+    (h0, *_), (log_a, u, reset) = _rglru_inputs(64, 5, strong=True)
+    assert float(log_a.min()) < -100
+    h, last = rglru.chunk(h0, log_a, u, reset, torch.tensor([64]))
+    want, want_last = rglru.chunk_naive(h0, log_a, u, reset, 64)
+    assert torch.isfinite(h).all()
+    close(h, want)
+    close(last, want_last)

@@ -71,9 +71,10 @@ def test_manifest_records_the_packaging_context_and_states(bundles):
     assert m.source["skipped_tensors"]["mtp.*"] == {"what": "multi-token prediction head", "tensors": 15}
     assert any("model.visual.* (vision tower" in n for n in m.notes)
     assert [(s.name, s.shape, s.kind) for s in m.states] == [
-        ("keyCache", (2, 1, 2, CONTEXT, 16), "kv"), ("valueCache", (2, 1, 2, CONTEXT, 16), "kv"),
+        ("keyCache", (2, 1, 2, -1, 16), "kv"), ("valueCache", (2, 1, 2, -1, 16), "kv"),  # grown up to CONTEXT
         ("convStates", (3, 1, 4, 2 * 2 * 8 + 4 * 12), "fixed"), ("recurrentStates", (3, 1, 4, 8, 12), "fixed"),
     ]  # fmt: skip
+    assert [s.context for s in m.kv_states] == [CONTEXT, CONTEXT]
     assert m.kv_bytes_per_token == 2 * 2 * 2 * 16 * 4  # K and V, 2 attention layers, 2 kv heads of 16, fp32
     assert m.tokenizer.config == "tokenizer/tokenizer_config.json" == m.tokenizer.chat_template
 

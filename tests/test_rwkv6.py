@@ -1,15 +1,18 @@
 """RWKV-6 (x060): the WKV-6 op's three forms, the reference against BlinkDL's `rwkv` package,
 bundles on the Core AI runtime (against the package; prefill against the M=1 loop, decays of
-e^-20 per token included), int8keepproj, strict loading."""
+e^-20 per token included), int8keepproj, strict loading, fla's `rwkv6` folders."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
 from prefill_checks import assert_coreai_prefill_equals_m1_loop, prefill_vs_reference
-from rwkv6_files import Dims, blinkdl_state_dict, rwkv_package_run, write_pth
+from rwkv6_files import Dims, blinkdl_state_dict, fla_from_blinkdl, rwkv_package_run, write_pth
+from rwkv7_files import write_hf_folder
 from ssmport.errors import CheckpointError
 from ssmport.exporter import export
 from ssmport.ops import wkv6
@@ -171,3 +174,51 @@ def test_strict_loading_names_keys_and_tells_x060_from_x070(pth, tmp_path, blink
     for name in ("blocks.1.att.time_faaaa", "blocks.0.att.surprise", "blocks.1.ffn.time_maa_r"):
         assert name in message
     assert load_checkpoint(blinkdl_pth).architecture.name == "rwkv7"  # an x070 file stays RWKV-7's
+
+
+@pytest.fixture(scope="module")
+def fla_folder(pth, tmp_path_factory):
+    config, tensors = fla_from_blinkdl(torch.load(pth, weights_only=True), DIMS)
+    return write_hf_folder(tmp_path_factory.mktemp("fla6") / "rwkv6-fla", config, tensors)
+
+
+def test_fla_folder_holds_the_pth_weights_and_its_bundle_computes_the_pth_model(pth, fla_folder, tmp_path):
+    """fla's layout of the .pth's weights: the same config (but ln_x's eps: fla's g_norm takes
+    norm_eps), every canonical tensor bit-equal, and the fp32 bundle on the Core AI runtime equal
+    to the .pth's reference loop run with that eps."""
+    ours, theirs = load_checkpoint(fla_folder), load_checkpoint(pth)
+    assert ours.architecture.name == "rwkv6"
+    assert ours.config.ln_x_eps == 1e-5 != theirs.config.ln_x_eps
+    assert ours.config == dataclasses.replace(theirs.config, ln_x_eps=1e-5)
+    shapes = ours.architecture.canonical_shapes(ours.config)
+    assert all(torch.equal(ours.weights[n], theirs.weights[n]) for n in shapes), "a tensor differs from the .pth's"
+    ref = theirs.architecture.reference(ours.config, theirs.weights)
+    state = ref.zero_state()
+    want = torch.stack([ref.step(t, state) for t in TOKENS]).numpy()
+    result = export(str(fla_folder), tmp_path, quant="fp32", gate_steps=4, prefill_chunk=None, progress=False)
+    with Runner(result.path) as runner:
+        got = runner.step_each(TOKENS)
+    assert np.abs(got - want).max() < 2e-3 and (got.argmax(-1) == want.argmax(-1)).all()
+    assert result.manifest.gate.passed
+
+
+@pytest.mark.parametrize("change, expected", [
+    ({"expand_k": 0.5}, "key width 48 != value width 96"),
+    ({"attn": {"layers": [1], "num_heads": 4}}, "hybrid attention layers"),
+    ({"hidden_act": "gelu"}, "hidden_act='gelu'"),
+    ({"num_hidden_layers": 3}, "config.json says 3 layers but the checkpoint holds 2"),
+    ({"proj_low_rank_dim": 8}, "model.layers.0.attn.x_proj.0.linear.weight"),
+    ({"tensors": "rename"}, "model.layers.1.attn.bonus"),
+    ({"tensors": "rwkv-hf"}, "RWKV's own Hugging Face layout"),
+])  # fmt: skip
+def test_fla_folder_loads_strictly(pth, tmp_path, change, expected):
+    config, tensors = fla_from_blinkdl(torch.load(pth, weights_only=True), DIMS)
+    how = change.pop("tensors", None)
+    if how == "rename":
+        tensors["model.layers.1.attn.u"] = tensors.pop("model.layers.1.attn.bonus")
+    elif how == "rwkv-hf":  # RWKV's remote-code folders also say model_type rwkv6
+        tensors = {"rwkv.embeddings.weight": tensors["model.embeddings.weight"]}
+        config["architectures"] = ["Rwkv6ForCausalLM"]
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(write_hf_folder(tmp_path / "f", config | change, tensors))
+    assert "\n" not in str(info.value) and expected in str(info.value), str(info.value)

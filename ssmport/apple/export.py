@@ -14,7 +14,7 @@ from ssmport.apple.graph import APPLE_MAINS, CHUNK_MAIN, DECODE_MAIN, INPUT_NAME
 from ssmport.apple.metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
 from ssmport.apple.state_kinds import FIXED, KV_CACHE
 from ssmport.errors import SsmportError
-from ssmport.state import KV
+from ssmport.state import KV, RING
 
 # Apple's engines feed at most min(512, COREAI_CHUNK_THRESHOLD) tokens per call
 # (ModelConfig.swift:131-143@86b363d); an architecture may allow fewer (max_prefill_chunk).
@@ -35,7 +35,14 @@ def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DEC
     layout over the decode module's blocks."""
     splits = arch.apple_state_splits(config)
     if splits is None:
-        raise SsmportError(f"--layout apple: {arch.name} has no apple layout yet (use the default layout)")
+        # Architecture.apple_state_splits: None until the family's chunked prefill can take a
+        # dynamic token count without a loop (Apple's prefill does; mamba1's scan unrolls per block)
+        raise SsmportError(f"--layout apple: {arch.name} has no apple layout: Apple's prefill takes a dynamic token "
+                           f"count, which {arch.name}'s chunked prefill form cannot; use the default layout")  # fmt: skip
+    rings = [s.name for s in decode.specs if s.kind == RING]
+    if rings:  # its write is a scatter, which the converter refuses on the dynamic token axis
+        raise SsmportError(f"--layout apple: {arch.name}'s sliding-window ring states ({', '.join(rings)}) are not in "
+                           "the apple layout yet (use the default layout)")  # fmt: skip
     context = min((s.context for s in decode.specs if s.context is not None), default=None)
     if context is not None and context < TRACE_POSITIONS:  # torch.export traces a KV cache at 16 positions
         raise SsmportError(f"--context {context}: the apple layout needs a KV cache of at least {TRACE_POSITIONS} "
@@ -43,6 +50,13 @@ def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DEC
     rows = max_rows(arch, decode.specs)
     main = AppleLM(decode, splits, True, rows, one_token=main_form == DECODE_MAIN).eval()
     return main, (AppleLM(decode, splits, False, rows).eval() if with_prefill else None)
+
+
+def verify_module(arch, config, decode, k: int) -> AppleLM:
+    """The verify function of the apple layout (ssmport.verify): `main`'s chunk form, logits of
+    every row, up to k rows a call (Apple's engines never call it; ssmport's runner does)."""
+    rows = min(k, max_rows(arch, decode.specs))
+    return AppleLM(decode, arch.apple_state_splits(config), True, rows).eval()
 
 
 def example_and_shapes(module: AppleLM) -> tuple[tuple, tuple]:
@@ -58,7 +72,8 @@ def example_and_shapes(module: AppleLM) -> tuple[tuple, tuple]:
     if module.one_token:
         return (torch.zeros(1, 1, dtype=torch.int32), positions, states), (None, {1: P}, state_shapes)
     T = torch.export.Dim("T", min=1, max=module.max_rows)
-    return (torch.zeros(1, 5, dtype=torch.int32), positions, states), ({1: T}, {1: P}, state_shapes)
+    rows = min(5, module.max_rows)  # a verify function may take fewer than 5
+    return (torch.zeros(1, rows, dtype=torch.int32), positions, states), ({1: T}, {1: P}, state_shapes)
 
 
 def write_files(out: Path, manifest, model) -> None:

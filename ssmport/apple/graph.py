@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from ssmport.graph import Step, layer_slots, run_blocks, write_state_values
+from ssmport.growing_kv import read_kv_layer
 from ssmport.manifest import DYNAMIC_DIM, with_positions
 from ssmport.ops.rows import read_layer
 from ssmport.state import KV, StateSpec, StateSplit
@@ -131,10 +132,12 @@ class _ArgumentStates:
     def read_state(self, name: str, slot: int) -> torch.Tensor:
         split, bound = self.lm.splits.get(name), self.bound
         if split is None:
-            state = bound[name]
-            if name in self.lm.dynamic:  # the first P positions of a growing KV cache
-                return state[slot, 0, :, : self.positions]
-            return read_layer(state, slot)[0]
+            # a growing KV cache is read whole, all S positions (attention masks those at or past
+            # the token's own): a row lookup, where the slice of its first P positions cost
+            # ~8 ms each at S = 512 here (benchmarks/README.md, "Decode cost follows the tokens held")
+            if name in self.lm.dynamic:
+                return read_kv_layer(bound[name], slot)
+            return read_layer(bound[name], slot)[0]
         pieces = []
         for part in split.parts:
             piece = read_layer(bound[part.name], slot)[0]

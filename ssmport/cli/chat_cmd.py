@@ -33,6 +33,9 @@ def add_parser(sub) -> None:
     p.add_argument("--state", help="continue from a state saved with --save-state (same bundle only)")
     p.add_argument("--save-state", help="save the conversation's state here at the end (safetensors)")
     p.add_argument("--stats", action="store_true", help="after each reply, print tokens reused / fed to stderr")
+    p.add_argument("--draft", metavar="lookup|BUNDLE", help="speculative decoding, as `generate --draft` "
+                   "(needs a bundle exported with --verify K); the replies are the same at temperature 0")
+    p.add_argument("--draft-tokens", type=int, metavar="K", help="with --draft: tokens one verify call checks")
     p.set_defaults(func=run)
 
 
@@ -59,6 +62,7 @@ def run(args) -> int:
     from ssmport.runtime.chat import ChatSession, chat_template
     from ssmport.runtime.snapshot import StateSnapshot
     from ssmport.runtime.snapshot_cache import SnapshotCache
+    from ssmport.runtime.speculative import speculative_decoder
 
     # Everything is checked before the chat starts, not when it ends: the options, the
     # script, the saved state and where the state is to be saved.
@@ -66,6 +70,8 @@ def run(args) -> int:
     check_int(args.max_snapshots, "--max-snapshots", 1, MAX_SNAPSHOTS)
     check_float(args.snapshot_mb, "--snapshot-mb", 0.0, MAX_SNAPSHOT_MB, above=True)
     check_sampling(args)
+    if args.draft_tokens is not None and args.draft is None:
+        raise SsmportError("--draft-tokens applies with --draft only")
     script = read_text_file(args.script).splitlines() if args.script is not None else None
     bundle = Bundle.open(args.bundle)
     tokenizer = bundle_tokenizer(bundle)
@@ -80,8 +86,8 @@ def run(args) -> int:
     template = chat_template(bundle, tokenizer)
     sampling = {"temperature": args.temperature, "top_p": args.top_p, "seed": args.seed}
     cache = SnapshotCache(args.max_snapshots, int(args.snapshot_mb * (1 << 20)))
-    with Runner(bundle) as runner:
-        session = ChatSession(runner, tokenizer, template, cache)
+    with Runner(bundle) as runner, speculative_decoder(runner, args.draft, args.draft_tokens) as decoder:
+        session = ChatSession(runner, tokenizer, template, cache, decoder)
         if snap is not None:
             runner.restore(snap)
             session.transcript = list(snap.tokens)
@@ -130,7 +136,9 @@ def run(args) -> int:
                 s = session.last
                 print(f"[prompt {s.prompt_tokens} tokens: {s.reused_tokens} reused"
                       f"{' from a snapshot' if s.restored else ''}, {s.fed_tokens} fed; "
-                      f"reply {s.reply_tokens} tokens, ended by {s.stopped_by}]", file=sys.stderr)  # fmt: skip
+                      f"reply {s.reply_tokens} tokens, ended by {s.stopped_by}"
+                      f"{f'; {s.target_calls} target calls, drafts accepted {s.accepted}' if args.draft else ''}]",
+                      file=sys.stderr)  # fmt: skip
         if args.save_state:
             runner.snapshot().save(args.save_state)
     return 0

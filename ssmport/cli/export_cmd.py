@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("-o", "--out", default="out", help="parent directory of the bundle (default: out)")
     p.add_argument("--quant", choices=list(RECIPES), help="recipe (default: int8keepproj for real "
                    "weights, fp32 for synthetic); see `ssmport list --recipes`")  # fmt: skip
+    p.add_argument("--size-budget", metavar="SIZE", help="with --quant auto: the most the asset may weigh (e.g. "
+                   "3.5MB, 2.2GB; 1 MB = 1024 KB); each matmul's precision is chosen by measured error to fit")
     p.add_argument("--state-dtype", choices=["fp32", "fp16"], help="storage dtype of the recurrent "
                    "states (default fp32; the recurrence always computes in fp32)")  # fmt: skip
     p.add_argument("--weights", help="local checkpoint for a preset name (.pth or HF folder) instead of its download")
@@ -46,6 +48,9 @@ def add_parser(sub) -> None:
                         "4096): feeding past them is refused, and KV memory grows with N (`ssmport inspect`)")
     p.add_argument("--no-prefill", action="store_true",
                    help="export the decode function `main` only (prompts then run one token at a time)")
+    p.add_argument("--verify", type=int, metavar="K",
+                   help="add a `verify` function checking K drafted tokens per call, for speculative "
+                   "decoding (`generate --draft`, `chat --draft`; docs/speculative.md); default: none")
     p.add_argument("--layout", choices=["ssmport", "apple"], default="ssmport",
                    help="ssmport (default): main [1,1] + padded prefill chunks; apple: the functions, "
                    "states and files Apple's CoreAILanguageModels engines load and drive "
@@ -89,6 +94,8 @@ def run(args) -> int:
         apple_main=args.apple_main or "decode",
         context=args.context,
         profile_memory=args.profile_memory,
+        size_budget=args.size_budget,
+        verify=args.verify,
     )
     result = export(args.model, args.out, options)
     m = result.manifest
@@ -97,7 +104,7 @@ def run(args) -> int:
     synthetic = " [synthetic weights]" if m.synthetic_weights else ""
     print(f"bundle: {result.path}{synthetic}")
     print(f"asset: {human_bytes(m.asset.bytes)} ({m.recipe.name}, state {m.recipe.state_dtype}), "
-          f"export {m.export['seconds']:.1f} s, peak RSS {m.export['peak_rss_mb']:.0f} MB")  # fmt: skip
+          f"export {result.timings['seconds']:.1f} s, peak RSS {result.timings['peak_rss_mb']:.0f} MB")  # fmt: skip
     if result.memory is not None:
         print("\n".join(result.memory.lines()))
     if result.gate_headline:

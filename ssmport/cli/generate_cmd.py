@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 
 from ssmport.cli.common import MAX_GENERATE, check_ids, check_int, check_sampling, parse_token_ids
@@ -23,6 +24,14 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
+    p.add_argument("--draft", metavar="lookup|BUNDLE",
+                   help="speculative decoding (needs a bundle exported with --verify K): drafts from prompt "
+                   "lookup, or from a smaller BUNDLE with the same tokenizer; the ids are those of plain "
+                   "decoding at temperature 0, and follow its distribution when sampling (docs/speculative.md)")
+    p.add_argument("--draft-tokens", type=int, metavar="K",
+                   help="with --draft: tokens one verify call checks (default: the bundle's --verify K)")
+    p.add_argument("--json", action="store_true", help="print one JSON object: the ids, the target's calls "
+                   "during generation and, with --draft, the accepted-draft statistics")  # fmt: skip
     p.set_defaults(func=run)
 
 
@@ -30,9 +39,12 @@ def run(args) -> int:
     from ssmport.bundle import Bundle
     from ssmport.gate import bundle_tokenizer
     from ssmport.runtime import Runner
+    from ssmport.runtime.speculative import speculative_decoder
 
     check_int(args.max_tokens, "--max-tokens", 0, MAX_GENERATE)
     check_sampling(args)
+    if args.draft_tokens is not None and args.draft is None:
+        raise SsmportError("--draft-tokens applies with --draft only")
     bundle = Bundle.open(args.bundle)
     vocab = bundle.manifest.vocab_size
     tokenizer = None
@@ -45,10 +57,14 @@ def run(args) -> int:
         prompt = check_ids(parse_token_ids(args.tokens, "--tokens"), vocab, "--tokens")
     if bundle.manifest.synthetic_weights:
         print("[synthetic weights: output is noise by design]", file=sys.stderr)
-    with Runner(bundle) as runner:
+    with Runner(bundle) as runner, speculative_decoder(runner, args.draft, args.draft_tokens) as decoder:
         ends = set(tokenizer.eos_ids) if tokenizer else None
-        ids = runner.generate(prompt, args.max_tokens, args.temperature, args.top_p, args.seed, stop=ends)
-        if tokenizer is None:
+        source = decoder if args.draft or args.json else runner  # --json counts plain decoding's calls too
+        ids = source.generate(prompt, args.max_tokens, args.temperature, args.top_p, args.seed, stop=ends)
+        if args.json:
+            out = list(ids)
+            print(json.dumps({"ids": out, "prompt_tokens": len(prompt), "draft": args.draft} | decoder.stats.to_json()))
+        elif tokenizer is None:
             for n, token in enumerate(ids):
                 print(("," if n else "") + str(token), end="", flush=True)
             print()

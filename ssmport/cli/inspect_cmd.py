@@ -48,11 +48,20 @@ def run(args) -> int:
         per_token = m.kv_bytes_per_token
         print(f"kv cache: {m.context} positions (fixed at export, --context): {human_bytes(per_token)} per token of "
               f"context, {human_bytes(per_token * m.context)} in all; fixed states {human_bytes(m.fixed_state_bytes)}")  # fmt: skip
+    if m.ring_states:
+        ring_bytes = sum(math.prod(s.shape) * _itemsize(s.dtype) for s in m.ring_states)
+        windows = "/".join(str(w) for w in sorted({s.window for s in m.ring_states}))
+        print(f"sliding window: {', '.join(s.name for s in m.ring_states)} are rings of {windows} positions, "
+              f"{human_bytes(ring_bytes)} whatever the context (not sized by --context)")  # fmt: skip
     if m.prefill:
         print(f"function: {m.prefill.function} (chunked prefill, {m.prefill.chunk} tokens per call; same states)")
         _print_interface(m.prefill, ())
     else:
         print("function: no prefill (prompts run one token at a time)")
+    if m.verify:
+        print(f"function: {m.verify.function} (speculative decoding, checks up to {m.verify.chunk} drafted tokens "
+              "per call; same states)")  # fmt: skip
+        _print_interface(m.verify, ())
     summary = m.plan["summary"]
     print("weights by category:")
     for role, nbytes in sorted(summary["by_role"].items(), key=lambda kv: -kv[1]):
@@ -62,6 +71,8 @@ def run(args) -> int:
     analytic = summary["total"]
     print(f"asset: {human_bytes(on_disk)} on disk vs {human_bytes(analytic)} analytic "
           f"({100 * (on_disk / analytic - 1):+.1f}%)")  # fmt: skip
+    if "auto" in m.plan:
+        _print_auto(m.plan["auto"])
     if args.plan:
         for e in m.plan_tensors:
             block = f" block {e['block']}" if e["block"] else ""
@@ -85,6 +96,22 @@ def run(args) -> int:
     return 0
 
 
+def _print_auto(auto: dict) -> None:
+    """What `--quant auto` measured and chose (ssmport.quant.auto)."""
+    from ssmport.quant.auto import FORMS
+
+    cal = auto["calibration"]
+    print(f"auto: budget {human_bytes(auto['budget_bytes'])} ({auto['budget_bytes']:,} bytes): weights "
+          f"{auto['plan_bytes']:,} + {auto['reserved_for_graph_bytes']:,} reserved for the graph; chosen per "
+          f"{auto['granularity']} by {cal['measure']} over {cal['steps']} calibration steps (logit scale "
+          f"{cal['logit_scale']:.3g})")  # fmt: skip
+    print(f"    {'tensor' if auto['granularity'] == 'tensor' else 'role':44} {'chosen':8} {'bytes':>10}  "
+          + "  ".join(f"{'mse ' + f:>13}" for f in FORMS))  # fmt: skip
+    for g in auto["sensitivity"]:
+        mse = "  ".join(f"{g['mse'][f]:>13.3e}" if f in g["mse"] else f"{'-':>13}" for f in FORMS)
+        print(f"    {g['group'][:44]:44} {g['chosen']:8} {human_bytes(g['bytes'][g['chosen']]):>10}  {mse}")
+
+
 def _print_ops(bundle, count_now: bool) -> None:
     """Runtime kernels per decode call and per prefill chunk: recorded at export (with the
     gate), or counted now."""
@@ -101,6 +128,8 @@ def _print_ops(bundle, count_now: bool) -> None:
         line += f", prefill {ops['prefill']['ops']} per chunk"
     elif bundle.manifest.prefill is not None:
         line += ", prefill not counted at export (fp32 bundles only: --count-ops counts it)"
+    if "verify" in ops:
+        line += f", verify {ops['verify']['ops']} per call of {bundle.manifest.verify.chunk} rows"
     print(f"{line} (Core AI runtime Profiler, {when}; a GPU dispatch each)")
 
 

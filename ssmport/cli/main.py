@@ -184,7 +184,21 @@ def _say(line: str) -> None:
     """One line on stderr, whatever the message holds (newlines, undecodable path bytes)."""
     if sys.stderr is not None:
         text = " ".join(line.split("\n")).encode("utf-8", "backslashreplace").decode("utf-8")
-        print(text, file=sys.stderr)
+        try:
+            print(text, file=sys.stderr, flush=True)
+        except OSError:  # stderr on a full disk, or closed under us: the exit status still tells
+            _discard_stderr()
+
+
+def _discard_stderr() -> None:
+    """Point fd 2 at /dev/null, so the interpreter's own flush at exit neither fails (exit 1,
+    "Exception ignored") nor prints a traceback nowhere."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stderr.fileno())
+        os.close(devnull)
+    except (OSError, ValueError, AttributeError):  # no fd behind it (a test's capture)
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,7 +218,10 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"ssmport: error: cannot write to standard output ({exc.strerror or exc})")
         code = code or EXIT_USER_ERROR
     if sys.stderr is not None:
-        sys.stderr.flush()
+        try:
+            sys.stderr.flush()
+        except OSError:
+            _discard_stderr()
     return code
 
 

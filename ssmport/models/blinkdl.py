@@ -12,7 +12,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.graph import Embedding
 from ssmport.models.layers import norm_head
-from ssmport.models.loading import MAX_LAYERS, layer_count
+from ssmport.models.loading import AS_IS, MAX_LAYERS, Stored, layer_count
 from ssmport.quant.plan import WeightBuilder
 
 
@@ -27,6 +27,22 @@ def blinkdl_shapes(cfg, layer_shapes: Callable[[int], dict[str, tuple[int, ...]]
         shapes |= {f"blocks.{i}.{ln}.{p}": (C,) for ln in ("ln1", "ln2") for p in ("weight", "bias")}
         shapes |= layer_shapes(i)
     return shapes | {"ln_out.weight": (C,), "ln_out.bias": (C,), "head.weight": (V, C)}
+
+
+def fla_shared_rules(head: str) -> list[tuple[str, str, Stored]]:
+    """The `renamed` rules of what fla's RWKV folders (rwkv6, rwkv7) name alike: the embedding,
+    ln0 (layer 0's pre_norm), ln1 / ln2, ln_x (the attention's g_norm), ln_out and the head
+    (`head`: its tensor, the embedding's when tied)."""
+    L = r"blocks\.(\d+)\."
+    return [
+        ("emb.weight", "model.embeddings.weight", AS_IS),
+        (r"blocks\.0\.ln0\.(\w+)", r"model.layers.0.pre_norm.\1", AS_IS),
+        (L + r"ln1\.(\w+)", r"model.layers.\1.attn_norm.\2", AS_IS),
+        (L + r"ln2\.(\w+)", r"model.layers.\1.ffn_norm.\2", AS_IS),
+        (L + r"att\.ln_x\.(\w+)", r"model.layers.\1.attn.g_norm.\2", AS_IS),
+        (r"ln_out\.(\w+)", r"model.norm.\1", AS_IS),
+        ("head.weight", head, AS_IS),
+    ]  # fmt: skip
 
 
 def blinkdl_layers(source: TensorSource, need: list[str], family: str) -> int:

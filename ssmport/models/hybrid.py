@@ -7,6 +7,7 @@ States, one stack per kind, rows in layer order among the layers that use it (Ap
 `cache_layer_idx`; docs/hybrids.md, "The stacked states"):
 
     keyCache, valueCache  [L_attn, 1, kv_heads, context, head_dim]   kind "kv"
+    slidingKeyCache, slidingValueCache  [L_sliding, 1, kv_heads, window, head_dim]   kind "ring" (LFM3)
     convStates            [L_conv, 1, K, conv_dim]   the last K conv inputs, time-major, oldest first
     recurrentStates       [L_rec, 1, H, P, N]        Mamba-2's SSM state, transformers' layout
 
@@ -27,16 +28,25 @@ from ssmport.architectures.base import FieldsConfig
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
-from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, VALUE_CACHE, AttentionSpec, DeltaRuleSpec
+from ssmport.models.layers import (
+    CONV_STATES,
+    KEY_CACHE,
+    RECURRENT_STATES,
+    SLIDING_KEY_CACHE,
+    SLIDING_VALUE_CACHE,
+    VALUE_CACHE,
+    AttentionSpec,
+    DeltaRuleSpec,
+)
 from ssmport.models.loading import ConfigReader, dt_limit
 from ssmport.models.mamba2.block import Mamba2Mixer
 from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.package import PackagedArchitecture
-from ssmport.ops import attention, delta_rule
+from ssmport.ops import attention, delta_rule, sliding
 from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
-from ssmport.state import KV, StateSpec
+from ssmport.state import KV, RING, StateSpec
 
 # The positions a KV cache holds unless the export asks for another number (the exporter's
 # `context`), bounded by what the model was trained for (`max_position_embeddings`).
@@ -46,7 +56,7 @@ MAX_CONTEXT = 1 << 20
 # Layer kinds in transformers' names (LFM2's short conv: "conv"); config.json spells some the
 # legacy way (transformers' `_LEGACY_LAYER_TYPE_REMAP`: released Granite-4.0-H files say
 # "mamba"/"attention").
-ATTENTION, MAMBA, CONV = "full_attention", "linear_attention", "conv"
+ATTENTION, MAMBA, CONV, SLIDING = "full_attention", "linear_attention", "conv", "sliding_attention"
 LEGACY_LAYER_TYPES = {"mamba": MAMBA, "attention": ATTENTION}
 
 
@@ -85,7 +95,7 @@ class HybridConfig(FieldsConfig):
         unknown = sorted({k for k in self.layer_types if k not in kinds})
         if unknown:
             raise CheckpointError(f"{family}: unknown layer kind(s) {unknown}")
-        if not any(k in (ATTENTION, MAMBA, CONV) for k in self.layer_types):
+        if not any(k in (ATTENTION, MAMBA, CONV, SLIDING) for k in self.layer_types):
             raise CheckpointError(f"{family}: no layer carries a state (kinds {sorted(set(self.layer_types))})")
         if self.num_heads % self.num_kv_heads:
             raise CheckpointError(f"{family}: {self.num_heads} heads do not divide into {self.num_kv_heads} kv heads")
@@ -93,9 +103,12 @@ class HybridConfig(FieldsConfig):
 
 def state_specs(c, dtype: torch.dtype) -> list[StateSpec]:
     """The states of a HybridConfig `c`, in Apple's order: the KV pair of its attention
-    layers (`num_kv_heads`, `context`, `head_dim`), then the conv windows of its LFM2 conv
-    layers (`conv_kernel` x `hidden_size`) or of its Mamba-2 layers with their SSM states (`mixer`)."""
+    layers (`num_kv_heads`, `context`, `head_dim`), the rings of its sliding-window layers
+    (`sliding_window` positions), then the conv windows of its LFM2 conv layers
+    (`conv_kernel` x `hidden_size`) or of its Mamba-2 layers with their SSM states (`mixer`)."""
     specs = kv_specs(c.attention_layers, c.num_kv_heads, c.context, c.head_dim, dtype) if c.attention_layers else []
+    if c.layers_of(SLIDING):
+        specs += ring_specs(c.layers_of(SLIDING), c.num_kv_heads, c.sliding_window, c.head_dim, dtype)
     if c.layers_of(CONV):
         specs.append(conv_spec(c.layers_of(CONV), c.conv_kernel, c.hidden_size, dtype, "conv", "B*x"))
     if c.mamba_layers:
@@ -217,6 +230,14 @@ def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: tor
     return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
 
 
+def ring_specs(layers: int, kv_heads: int, window: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
+    """The sliding-window layers' K and V rings (kind "ring", ssmport.ops.sliding): `window` slots,
+    slot j holding the latest position = j mod window; not sized by --context."""
+    shape, layout = (layers, 1, kv_heads, window, head_dim), "[sliding layer, batch, kv head, slot (position mod window), head_dim]"
+    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, layout + " (K after k-norm and RoPE)", RING),
+            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, layout, RING)]  # fmt: skip
+
+
 def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, kind: str, what: str) -> StateSpec:
     return StateSpec(CONV_STATES, (layers, 1, kernel, channels), dtype,
                      f"[{kind} layer, batch, time: the last K conv inputs, oldest first, channel ({what})]")  # fmt: skip
@@ -313,8 +334,9 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
     """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
     ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
     `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
-    which this token's are appended. With the output gate, q_proj gives [query | gate] per
-    head and o is multiplied by sigmoid(gate). Returns o_proj's output [C]."""
+    which this token's are appended (a sliding window sees the last W-1 of them). With the
+    output gate, q_proj gives [query | gate] per head and o is multiplied by sigmoid(gate); with
+    the head gate, head h's output by sigmoid(w["gate"] @ h)[h]. Returns o_proj's output [C]."""
     s = spec
     bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
     if s.output_gate:
@@ -331,13 +353,18 @@ def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.
         k = rms_norm_naive(span(k), w["k_norm"] + offset, s.norm_eps).view(s.kv_heads, s.head_dim)
     if s.rotary_dim:
         pos = torch.tensor([position])
-        q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta)[0]
-        k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta)[0]
+        q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta, s.rope_proportional)[0]
+        k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta, s.rope_proportional)[0]
     past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
     past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
-    o = attention.naive(q, k, v, past_k, past_v, scale=s.scale).reshape(-1)
+    if s.window:
+        o = sliding.naive(q, k, v, past_k, past_v, s.window, scale=s.scale).reshape(-1)
+    else:
+        o = attention.naive(q, k, v, past_k, past_v, scale=s.scale).reshape(-1)
     if s.output_gate:
         o = o * torch.sigmoid(gate)
+    if s.head_gate:
+        o = (o.view(s.heads, s.head_dim) * torch.sigmoid(w["gate"] @ h).view(s.heads, 1)).reshape(-1)
     keys.append(k)
     values.append(v)
     return w["o"] @ o + bias("o_bias")

@@ -17,14 +17,17 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, KVRows, NormHead, Step
-from ssmport.ops import attention, delta_rule
+from ssmport.graph import Embedding, KVRows, NormHead, RingRows, Step
+from ssmport.ops import attention, delta_rule, sliding
 from ssmport.ops.conv import causal_conv
 from ssmport.ops.norms import l2_normalize, rms_norm
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
 KEY_CACHE, VALUE_CACHE = "keyCache", "valueCache"  # Apple's names for the stacked KV states
+# The sliding-window layers' rings (kind "ring"): static shapes named "...Cache", which Apple's
+# engines' heuristic takes for a sliding cache (docs/apple-engines.md).
+SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE = "slidingKeyCache", "slidingValueCache"
 CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"  # and for its stacked fixed states
 
 
@@ -41,6 +44,9 @@ class AttentionSpec:
     output_gate: bool = False  # Qwen3.5: q_proj gives [query | gate] per head; o *= sigmoid(gate)
     scale: float | None = None  # None: head_dim^-0.5 (Granite: attention_multiplier)
     bias: bool = False  # biases on q/k/v/o
+    window: int | None = None  # a sliding window of this many positions (itself included), over a ring
+    rope_proportional: bool = False  # the rotary pairs span the head (transformers' "proportional" RoPE)
+    head_gate: bool = False  # LFM3: head h's output *= sigmoid(gate_proj(h))[h], a [heads, C] projection
 
     @property
     def q_size(self) -> int:
@@ -61,6 +67,7 @@ class AttentionNames:
     o: str
     q_norm: str | None = None
     k_norm: str | None = None
+    gate: str | None = None  # the per-head gate's projection (AttentionSpec.head_gate)
     q_bias: str | None = None
     k_bias: str | None = None
     v_bias: str | None = None
@@ -72,13 +79,16 @@ class AttentionNames:
         return {field: weights[name] for field, name in asdict(self).items() if name}
 
 
-def attention_names(prefix: str, out: str = "o_proj", norm: str | None = None, bias: bool = False) -> AttentionNames:
+def attention_names(prefix: str, out: str = "o_proj", norm: str | None = None, bias: bool = False,
+                    gate: str | None = None) -> AttentionNames:  # fmt: skip
     """transformers' names of one attention layer under `prefix`: {q,k,v}_proj and `out`, the
-    per-head norms {q,k}_{norm} where there are any, the projections' biases with `bias`."""
+    per-head norms {q,k}_{norm} where there are any, the projections' biases with `bias`, the
+    per-head gate's projection `gate` where there is one."""
     q, k, v, o = f"{prefix}q_proj", f"{prefix}k_proj", f"{prefix}v_proj", prefix + out
     norms = {"q_norm": f"{prefix}q_{norm}.weight", "k_norm": f"{prefix}k_{norm}.weight"} if norm else {}
     biases = {"q_bias": q + ".bias", "k_bias": k + ".bias", "v_bias": v + ".bias", "o_bias": o + ".bias"} if bias else {}
-    return AttentionNames(q + ".weight", k + ".weight", v + ".weight", o + ".weight", **norms, **biases)
+    gates = {"gate": f"{prefix}{gate}.weight"} if gate else {}
+    return AttentionNames(q + ".weight", k + ".weight", v + ".weight", o + ".weight", **norms, **gates, **biases)
 
 
 def attention_shapes(spec: AttentionSpec, names: AttentionNames, hidden: int) -> dict[str, tuple[int, ...]]:
@@ -92,6 +102,8 @@ def attention_shapes(spec: AttentionSpec, names: AttentionNames, hidden: int) ->
                    names.k_norm: (spec.head_dim if per_head else spec.kv_size,)}  # fmt: skip
     if names.q_bias:
         shapes |= {names.q_bias: (q,), names.k_bias: (kv,), names.v_bias: (kv,), names.o_bias: (hidden,)}
+    if names.gate:
+        shapes[names.gate] = (spec.heads, hidden)
     return shapes
 
 
@@ -106,21 +118,24 @@ class AttentionMixer(nn.Module):
 
     q, k and v (and the output gate) come from one fused matmul; the q/k norms (per head or over all heads),
     RoPE, the gate and the scale are the spec's. The new K (after norm and RoPE) and V rows go
-    back to the graph as KVRows, written at the tokens' positions."""
-
-    states = (KEY_CACHE, VALUE_CACHE)
+    back to the graph as KVRows, written at the tokens' positions; with a sliding window, over
+    the ring states instead, as RingRows (ssmport.ops.sliding)."""
 
     def __init__(self, spec: AttentionSpec, names: AttentionNames, src: TensorSource, b: WeightBuilder):
         super().__init__()
         self.spec, s = spec, spec
+        self.states = (SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE) if s.window else (KEY_CACHE, VALUE_CACHE)
         q, gate = self._query_and_gate(src[names.q].float())
         rows = [q, src[names.k].float(), src[names.v].float()] + ([gate] if gate is not None else [])
-        self.split = [r.shape[0] for r in rows]  # q | k | v (| gate)
-        self.qkv = b.matmul("{" + ",".join((names.q, names.k, names.v)) + "}", torch.cat(rows).t(), Role.ATTN_PROJ)
+        rows += [src[names.gate].float()] if s.head_gate else []
+        self.split = [r.shape[0] for r in rows]  # q | k | v (| gate) (| head gate)
+        fused = (names.q, names.k, names.v) + ((names.gate,) if s.head_gate else ())
+        self.qkv = b.matmul("{" + ",".join(fused) + "}", torch.cat(rows).t(), Role.ATTN_PROJ)
         del rows, q, gate
         if s.bias:
             q_bias, gate_bias = self._query_and_gate(src[names.q_bias].float())
-            bias = torch.cat([q_bias, src[names.k_bias], src[names.v_bias]] + ([gate_bias] if gate_bias is not None else []))
+            bias = torch.cat([q_bias, src[names.k_bias], src[names.v_bias]] + ([gate_bias] if gate_bias is not None else [])
+                             + ([torch.zeros(s.heads)] if s.head_gate else []))  # the head gate has no bias
             self.qkv_bias = b.vector("{" + ",".join((names.q_bias, names.k_bias, names.v_bias)) + "}", bias, Role.ATTN_PROJ)
             self.o_bias = b.vector(names.o_bias, src[names.o_bias], Role.ATTN_PROJ)
         self.o = b.matmul(names.o, src[names.o].t(), Role.ATTN_PROJ)
@@ -128,8 +143,8 @@ class AttentionMixer(nn.Module):
             self.q_norm = b.vector(names.q_norm, norm_gain(src[names.q_norm], s.qk_norm), Role.NORM)
             self.k_norm = b.vector(names.k_norm, norm_gain(src[names.k_norm], s.qk_norm), Role.NORM)
         if s.rotary_dim:  # graph constants (not buffers: the states are the only buffers)
-            self.inv_freq = attention.rotary_frequencies(s.head_dim, s.rotary_dim, s.rope_theta)
-            self.rotate = attention.rotate_half_matrix(s.head_dim, s.rotary_dim)
+            self.inv_freq = attention.rotary_frequencies(s.head_dim, s.rotary_dim, s.rope_theta, s.rope_proportional)
+            self.rotate = attention.rotate_half_matrix(s.head_dim, s.head_dim if s.rope_proportional else s.rotary_dim)
 
     def _query_and_gate(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q_proj's rows (or bias) as (query, gate): with the output gate they are interleaved
@@ -156,19 +171,24 @@ class AttentionMixer(nn.Module):
             cos, sin = attention.rotary_tables(step.positions, self.inv_freq)
             q, k = attention.apply_rotary(q, cos, sin, self.rotate), attention.apply_rotary(k, cos, sin, self.rotate)
         v = v.view(T, s.kv_heads, s.head_dim)
-        K, V = slices[KEY_CACHE].float(), slices[VALUE_CACHE].float()
+        keys, values = self.states
+        K, V = slices[keys].float(), slices[values].float()
         scale = s.scale if s.scale is not None else s.head_dim**-0.5
+        ops = sliding if s.window else attention
         if step.decode:
-            o = attention.decode(q.view(s.heads, -1), k.view(s.kv_heads, -1), v.view(s.kv_heads, -1), K, V,
-                                 step.positions, scale).view(1, s.q_size)  # fmt: skip
+            o = ops.decode(q.view(s.heads, -1), k.view(s.kv_heads, -1), v.view(s.kv_heads, -1), K, V,
+                           step.positions, scale).view(1, s.q_size)  # fmt: skip
         else:
-            o = attention.chunk(q, k, v, K, V, step.positions[0:1], scale).reshape(T, s.q_size)
+            o = ops.chunk(q, k, v, K, V, step.positions[0:1], scale).reshape(T, s.q_size)
         if s.output_gate:
             o = o * torch.sigmoid(parts[3])
+        if s.head_gate:
+            o = (o.view(T, s.heads, s.head_dim) * torch.sigmoid(parts[-1]).view(T, s.heads, 1)).view(T, s.q_size)
         out = self.o(o)
         if s.bias:
             out = out + self.o_bias
-        return out, {KEY_CACHE: KVRows(k.transpose(0, 1)), VALUE_CACHE: KVRows(v.transpose(0, 1))}
+        rows = RingRows if s.window else KVRows
+        return out, {keys: rows(k.transpose(0, 1)), values: rows(v.transpose(0, 1))}
 
 
 @dataclass(frozen=True)

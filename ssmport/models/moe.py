@@ -2,9 +2,13 @@
 
     logits = h W_router                                  [E] per token, fp32
     scores = softmax(logits) | sigmoid(logits)           the family's scoring
-    chosen = top-k of (scores + expert_bias)             the bias moves the choice only
+    choice = scores + expert_bias                        the bias moves the choice only
+    groups: the experts in G equal groups, a group ranked by the sum of its two best choice
+            scores; only the best topk_group groups' experts may be chosen (G = 1: all)
+    chosen = top-k of choice
     w      = scores[chosen];  w /= sum(w) + eps (norm_topk);  w *= routed_scaling_factor
-    out    = sum_j w_j * down_j(silu(gate_j h) * up_j h)
+    out    = sum_j w_j * expert_j(h)                     expert: down(silu(gate h) * up h) (SwiGLU)
+                                                         or down(relu(up h)^2) (gated=False)
            + sigmoid(h W_shared_gate) * shared(h)        shared expert, where the family has one
 
 Each family's variant is a `MoeSpec` read from its config.json. The export form (`ExpertMixture`)
@@ -25,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.layers import SwiGLU
+from ssmport.models.layers import ReluSquaredMLP, SwiGLU
 from ssmport.models.loading import Stored
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
@@ -45,26 +49,44 @@ class MoeSpec:
     expert_bias: bool = False  # a per-expert bias added to the scores for the choice only
     shared_width: int = 0  # 0: no shared expert
     shared_gate: bool = False  # the shared expert's output times sigmoid(h W_gate) [C -> 1]
+    gated: bool = True  # SwiGLU experts (gate, up, down); False: relu^2 ones (up, down), shared alike
+    groups: int = 1  # n_group: the experts in this many equal groups for the choice
+    top_groups: int = 1  # topk_group: the groups a token's experts may come from
 
     def describe(self) -> str:
         shared = f" + shared {self.shared_width}{' gated' if self.shared_gate else ''}" if self.shared_width else ""
-        return f"{self.top_k} of {self.experts} experts x {self.width} ({self.scoring}){shared}"
+        grouped = f", {self.top_groups} of {self.groups} groups" if self.groups > 1 else ""
+        act = "" if self.gated else " relu2"
+        return f"{self.top_k} of {self.experts} experts x {self.width}{act} ({self.scoring}{grouped}){shared}"
+
+    def problems(self) -> list[str]:
+        """What makes this routing impossible (for the family's one-line refusal)."""
+        found = [] if 1 <= self.top_k <= self.experts else [f"num_experts_per_tok {self.top_k} is not in [1, num_experts={self.experts}]"]
+        if self.groups > 1:
+            size = self.experts // self.groups
+            if self.experts % self.groups or size < 2:
+                found.append(f"n_group {self.groups} does not split {self.experts} experts into groups of 2 or more")
+            elif not 1 <= self.top_groups <= self.groups:
+                found.append(f"topk_group {self.top_groups} is not in [1, n_group={self.groups}]")
+            elif self.top_k > self.top_groups * size:
+                found.append(f"topk_group {self.top_groups} of {self.groups} groups of {size} cannot hold {self.top_k} experts")
+        return found
 
 
 @dataclass(frozen=True)
 class MoeNames:
     """Canonical weight names of one MoE MLP: the router [E, C], the optional expert bias [E],
-    expert e's gate / up [F, C] and down [C, F] (`expert(e)` -> (gate, up, down)), and the shared
-    expert's gate / up / down and gate [1, C] where there is one."""
+    expert e's gate / up [F, C] and down [C, F] (`expert(e)` -> (gate, up, down); gate None for
+    relu^2 experts), and the shared expert's gate / up / down and gate [1, C] where there is one."""
 
     router: str
-    expert_pattern: tuple[str, str, str]  # gate, up, down with "{e}" for the expert's index
+    expert_pattern: tuple[str | None, str, str]  # gate, up, down with "{e}" for the expert's index
     bias: str | None = None
-    shared: tuple[str, str, str] | None = None
+    shared: tuple[str | None, str, str] | None = None
     shared_gate: str | None = None
 
-    def expert(self, e: int) -> tuple[str, str, str]:
-        return tuple(p.format(e=e) for p in self.expert_pattern)  # type: ignore[return-value]
+    def expert(self, e: int) -> tuple[str | None, str, str]:
+        return tuple(p and p.format(e=e) for p in self.expert_pattern)  # type: ignore[return-value]
 
     def stack(self, which: int) -> str:
         """The plan name of one stacked weight (0 gate, 1 up, 2 down) over every expert."""
@@ -77,27 +99,32 @@ def moe_shapes(spec: MoeSpec, names: MoeNames, hidden: int) -> dict[str, tuple[i
     if spec.expert_bias:
         shapes[names.bias] = (spec.experts,)
     for e in range(spec.experts):
-        gate, up, down = names.expert(e)
-        shapes |= {gate: (Fe, C), up: (Fe, C), down: (C, Fe)}
+        shapes |= _mlp_shapes(names.expert(e), Fe, C)
     if spec.shared_width:
-        gate, up, down = names.shared
-        shapes |= {gate: (spec.shared_width, C), up: (spec.shared_width, C), down: (C, spec.shared_width)}
+        shapes |= _mlp_shapes(names.shared, spec.shared_width, C)
     if spec.shared_gate:
         shapes[names.shared_gate] = (1, C)
     return shapes
 
 
-def fused_expert_layout(spec: MoeSpec, names: MoeNames, prefix: str, source: TensorSource) -> dict[str, tuple[str, Stored]]:
-    """Where a checkpoint in transformers' fused in-memory layout keeps each expert's tensors:
-    `{prefix}gate_up_proj` [E, 2F, C] (gate rows, then up rows) and `{prefix}down_proj`
-    [E, C, F]; {} when the checkpoint has no fused stack there (one tensor per expert)."""
-    fused, down = prefix + "gate_up_proj", prefix + "down_proj"
-    if fused not in source:
+def _mlp_shapes(names: tuple[str | None, str, str], width: int, hidden: int) -> dict[str, tuple[int, ...]]:
+    gate, up, down = names
+    return ({gate: (width, hidden)} if gate else {}) | {up: (width, hidden), down: (hidden, width)}
+
+
+def fused_expert_layout(spec: MoeSpec, names: MoeNames, prefix: str, source: TensorSource, fused: str = "gate_up_proj",
+                        down: str = "down_proj", always: bool = False) -> dict[str, tuple[str, Stored]]:  # fmt: skip
+    """Where a checkpoint that stacks the experts keeps each expert's tensors: `{prefix}{fused}`
+    [E, 2F, C] (gate rows, then up rows; [E, F, C] of up rows for relu^2 experts) and
+    `{prefix}{down}` [E, C, F]. transformers' in-memory names by default; {} when the checkpoint
+    has no such stack (one tensor per expert), unless `always` (a family released stacked)."""
+    fused, down = prefix + fused, prefix + down
+    if fused not in source and not always:
         return {}
-    E, Fe = spec.experts, spec.width
+    E, Fe, halves = spec.experts, spec.width, 2 if spec.gated else 1
 
     def rows(e: int, half: int) -> Stored:  # expert e's gate (0) or up (1) rows [F, C]
-        return Stored(lambda s: ((E, 2 * s[0], s[1]),), lambda t: t[e, half * Fe : (half + 1) * Fe].float())
+        return Stored(lambda s: ((E, halves * s[0], s[1]),), lambda t: t[e, half * Fe : (half + 1) * Fe].float())
 
     def expert(e: int) -> Stored:
         return Stored(lambda s: ((E, *s),), lambda t: t[e].float())
@@ -105,14 +132,21 @@ def fused_expert_layout(spec: MoeSpec, names: MoeNames, prefix: str, source: Ten
     layout = {}
     for e in range(E):
         gate, up, down_e = names.expert(e)
-        layout |= {gate: (fused, rows(e, 0)), up: (fused, rows(e, 1)), down_e: (down, expert(e))}
+        layout |= ({gate: (fused, rows(e, 0))} if gate else {}) | {up: (fused, rows(e, halves - 1)), down_e: (down, expert(e))}
     return layout
 
 
 def route(spec: MoeSpec, logits: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     """(chosen experts [..., k] int, their weights [..., k] fp32) from router logits [..., E]."""
     scores = torch.softmax(logits, dim=-1) if spec.scoring == SOFTMAX else torch.sigmoid(logits)
-    _, chosen = torch.topk(scores + bias if bias is not None else scores, spec.top_k, dim=-1)
+    choice = scores + bias if bias is not None else scores
+    if spec.groups > 1:
+        grouped = choice.unflatten(-1, (spec.groups, spec.experts // spec.groups))  # [..., G, E/G]
+        ranked = grouped.topk(2, dim=-1).values.sum(-1)  # [..., G]
+        # a group is kept when it ranks in the top_groups (ties at the last place keep both)
+        kept = ranked >= ranked.topk(spec.top_groups, dim=-1).values[..., -1:]
+        choice = grouped.masked_fill(~kept.unsqueeze(-1), float("-inf")).flatten(-2)
+    _, chosen = torch.topk(choice, spec.top_k, dim=-1)
     weights = torch.gather(scores, -1, chosen)
     if spec.norm_topk:
         weights = weights / (weights.sum(-1, keepdim=True) + spec.norm_eps)
@@ -130,20 +164,24 @@ class ExpertMixture(nn.Module):
         self.router = b.vector(names.router, src[names.router].float().t(), Role.ROUTER)  # [C, E]
         if spec.expert_bias:
             self.bias = b.vector(names.bias, src[names.bias], Role.ROUTER)
-        # gate | up of every expert as one stack [E, C, 2F], down as [E, F, C]
-        gate_up = torch.stack([torch.cat([src[g], src[u]]).t() for g, u, _ in map(names.expert, range(E))])
-        self.gate_up = b.experts(f"{{{names.stack(0)},{names.stack(1)}}}", gate_up, Role.FFN, spec.top_k)
+        # gate | up of every expert as one stack [E, C, 2F] (up alone, [E, C, F], for relu^2), down [E, F, C]
+        if spec.gated:
+            gate_up = torch.stack([torch.cat([src[g], src[u]]).t() for g, u, _ in map(names.expert, range(E))])
+            self.gate_up = b.experts(f"{{{names.stack(0)},{names.stack(1)}}}", gate_up, Role.FFN, spec.top_k)
+        else:
+            gate_up = torch.stack([src[names.expert(e)[1]].t() for e in range(E)])
+            self.gate_up = b.experts(names.stack(1), gate_up, Role.FFN, spec.top_k)
         del gate_up
         down = torch.stack([src[names.expert(e)[2]].t() for e in range(E)])
         self.down = b.experts(names.stack(2), down, Role.FFN, spec.top_k)
         del down
         if spec.shared_width:
-            self.shared = SwiGLU(*names.shared, src, b)
+            self.shared = SwiGLU(*names.shared, src, b) if spec.gated else ReluSquaredMLP(*names.shared[1:], src, b)
         if spec.shared_gate:
             self.shared_gate = b.vector(names.shared_gate, src[names.shared_gate].float().t(), Role.ROUTER)  # [C, 1]
 
     def forward(self, h: torch.Tensor) -> torch.Tensor:
-        s, T = self.spec, h.shape[0]
+        s = self.spec
         chosen, weights = route(s, h @ self.router, self.bias if s.expert_bias else None)
         out = self._gathered(h, chosen, weights)  # at every T: faster than `_dense` up to 64 rows
         if s.shared_width:
@@ -157,18 +195,26 @@ class ExpertMixture(nn.Module):
         idx = chosen.reshape(T * k)
         dt = self.gate_up.dtype
         x = h.to(dt).view(T, 1, 1, C)
-        g, u = (x @ self.gate_up.select(idx).view(T, k, C, 2 * Fe)).float().split([Fe, Fe], dim=-1)
-        y = (F.silu(g) * u).to(dt) @ self.down.select(idx).view(T, k, Fe, C)  # [T, k, 1, C]
+        a = self._activate((x @ self.gate_up.select(idx).view(T, k, C, (2 if s.gated else 1) * Fe)).float())
+        y = a.to(dt) @ self.down.select(idx).view(T, k, Fe, C)  # [T, k, 1, C]
         return (y.float().view(T, k, C) * weights.view(T, k, 1)).sum(1)
+
+    def _activate(self, a: torch.Tensor) -> torch.Tensor:
+        """silu(gate) * up of the [gate | up] rows, or relu(up)^2 (as x * x: no pow on the runtime path)."""
+        if self.spec.gated:
+            g, u = a.split([self.spec.width] * 2, dim=-1)
+            return F.silu(g) * u
+        r = torch.relu(a)
+        return r * r
 
     def _dense(self, h: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Every expert over the chunk, weighted by the dense routing matrix [T, E]: the form a
         chunk could take whose tokens between them choose every expert. Not used: slower than
         gathering on this runtime even at 64 rows x 4 of 32 experts (2.19 s vs 3.04 s per call,
         benchmarks/moe_forms.py); kept for that measurement and as the gathered form's check."""
-        s, Fe, dt = self.spec, self.spec.width, self.gate_up.dtype
-        g, u = (h.to(dt).unsqueeze(0) @ self.gate_up.whole()).float().split([Fe, Fe], dim=-1)  # [E, T, F]
-        y = ((F.silu(g) * u).to(dt) @ self.down.whole()).float()  # [E, T, C]
+        s, dt = self.spec, self.gate_up.dtype
+        a = self._activate((h.to(dt).unsqueeze(0) @ self.gate_up.whole()).float())  # [E, T, F]
+        y = (a.to(dt) @ self.down.whole()).float()  # [E, T, C]
         experts = torch.arange(s.experts, dtype=chosen.dtype, device=chosen.device)
         dense = ((chosen.unsqueeze(-1) == experts).to(weights.dtype) * weights.unsqueeze(-1)).sum(1)  # [T, E]
         return (y * dense.t().unsqueeze(-1)).sum(0)
@@ -180,18 +226,27 @@ def moe_naive(spec: MoeSpec, names: MoeNames, w, h: torch.Tensor) -> tuple[torch
     logits = w[names.router] @ h
     scores = torch.softmax(logits, dim=-1) if spec.scoring == SOFTMAX else torch.sigmoid(logits)
     choice = scores + w[names.bias] if spec.expert_bias else scores
-    chosen = sorted(range(spec.experts), key=lambda e: -float(choice[e]))[: spec.top_k]
+    best = lambda experts: sorted(experts, key=lambda e: -float(choice[e]))  # noqa: E731
+    candidates, size = range(spec.experts), spec.experts // spec.groups
+    if spec.groups > 1:
+        rank = {g: sum(float(choice[e]) for e in best(range(g * size, (g + 1) * size))[:2]) for g in range(spec.groups)}
+        kept = sorted(rank, key=lambda g: -rank[g])[: spec.top_groups]
+        candidates = [e for e in candidates if e // size in kept]
+    chosen = best(candidates)[: spec.top_k]
     weights = [float(scores[e]) for e in chosen]
     total = sum(weights) + spec.norm_eps if spec.norm_topk else 1.0
     out = torch.zeros_like(h)
     for e, weight in zip(chosen, weights):
-        gate, up, down = (w[n] for n in names.expert(e))
-        out = out + (weight / total * spec.scale) * (down @ (F.silu(gate @ h) * (up @ h)))
+        out = out + (weight / total * spec.scale) * _mlp_naive(spec, [w[n] if n else None for n in names.expert(e)], h)
     if spec.shared_width:
-        gate, up, down = (w[n] for n in names.shared)
-        shared = down @ (F.silu(gate @ h) * (up @ h))
+        shared = _mlp_naive(spec, [w[n] if n else None for n in names.shared], h)
         out = out + (torch.sigmoid(w[names.shared_gate] @ h) * shared if spec.shared_gate else shared)
     return out, chosen
+
+
+def _mlp_naive(spec: MoeSpec, weights, h: torch.Tensor) -> torch.Tensor:
+    gate, up, down = weights
+    return down @ (F.silu(gate @ h) * (up @ h) if spec.gated else torch.relu(up @ h) ** 2)
 
 
 class RoutedReference:

@@ -16,7 +16,10 @@ readable torch, and tests/test_ops.py ties each pair together.
     ssd         Mamba-2's SSM: naive step, decode read, chunkwise (SSD) form
     selective_scan  Mamba-1's per-channel scan: naive step, decode read, blocked pairwise chunk form
     delta_rule  the gated delta rule: naive step, decode read, chunkwise (WY) form
+    rglru       RecurrentGemma's RG-LRU: its gates, naive step, decode, pairwise chunk form
     attention   causal attention over a positional KV cache: decode and chunk
+    sliding     sliding-window attention over a ring buffer (slot = position mod window, mask
+                from the positions): decode, chunk (any length), the ring write
     matmul      FloatMatmul / BlockwiseMatmul (x @ W [in, out]); the only module that touches
                 coreai-torch's compression internals
 """

@@ -16,13 +16,14 @@ import torch
 NEG_INF = float("-inf")
 
 
-def decode(q, k, v, K, V, position, scale: float):
+def decode(q, k, v, K, V, position, scale: float, past=None):
     """One token: q [H, d]; its k, v [KVH, d]; the cache K, V [KVH, C, d]; position int [1]
-    (this token's; cache rows < position are its past). Returns o [H, d]."""
+    (this token's; cache rows < position are its past). `past`: bool [C], the cache rows it
+    attends to, when not those (a sliding window's ring: ssmport.ops.sliding). Returns o [H, d]."""
     H, d = q.shape
     KVH, C = K.shape[0], K.shape[1]
     qg = q.view(KVH, H // KVH, d)
-    past = (torch.arange(C) < position).view(1, 1, C)
+    past = (torch.arange(C) < position if past is None else past).view(1, 1, C)
     # K q^T, then the small [C, rep] result transposed: q K^T transposes the whole cache slice
     # (runtime Profiler, a 0.8B-wide layer at context 4096: 20.6 ms for that transpose, 6.9 ms
     # for K q^T; other arrangements measured no faster).
@@ -34,19 +35,22 @@ def decode(q, k, v, K, V, position, scale: float):
     return o.view(H, d)
 
 
-def chunk(q, k, v, K, V, start, scale: float):
+def chunk(q, k, v, K, V, start, scale: float, past=None, causal=None):
     """T tokens at positions start .. start+T-1: q [T, H, d]; their k, v [T, KVH, d]; the cache
     K, V [KVH, C, d] (rows < start are the past). Token t attends over the past and over the
     chunk's rows s <= t. Padding rows (t >= valid_len) compute values nobody reads, and real
-    rows never attend to them (s <= t). Returns o [T, H, d]."""
+    rows never attend to them (s <= t). A sliding window (ssmport.ops.sliding) passes its own
+    masks: `past` bool [T, C] (the cache rows token t attends to), `causal` bool [T, T] (the
+    chunk's rows). Returns o [T, H, d]."""
     T, H, d = q.shape
     KVH, C = K.shape[0], K.shape[1]
     rep = H // KVH
     qg = q.permute(1, 0, 2).reshape(KVH, rep * T, d)  # row r*T + t: query head kv*rep + r, token t
     kc, vc = k.permute(1, 0, 2), v.permute(1, 0, 2)  # [KVH, T, d]
-    past = (torch.arange(C) < start).view(1, 1, C)
+    past = (torch.arange(C) < start).view(1, 1, C) if past is None else past.repeat(rep, 1).view(1, rep * T, C)
     s_past = torch.where(past, (qg @ K.transpose(1, 2)) * scale, NEG_INF)  # [KVH, rep*T, C]
-    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)).repeat(rep, 1).view(1, rep * T, T)
+    causal = torch.tril(torch.ones(T, T, dtype=torch.bool)) if causal is None else causal
+    causal = causal.repeat(rep, 1).view(1, rep * T, T)
     s_new = torch.where(causal, (qg @ kc.transpose(1, 2)) * scale, NEG_INF)  # [KVH, rep*T, T]
     top = torch.maximum(s_past.amax(-1, keepdim=True), s_new.amax(-1, keepdim=True))
     p_past, p_new = torch.exp(s_past - top), torch.exp(s_new - top)
@@ -96,14 +100,30 @@ def rotate_half_matrix(d: int, rotary_dim: int) -> torch.Tensor:
     return R
 
 
-def rotary_frequencies(d: int, rotary_dim: int, theta: float) -> torch.Tensor:
-    """inv_freq_full [d]: theta^(-2i/rotary_dim) for each half of the rotary dims, 0 beyond."""
+def rotary_frequencies(d: int, rotary_dim: int, theta: float, proportional: bool = False) -> torch.Tensor:
+    """inv_freq_full [d]: theta^(-2i/rotary_dim) for each half of the rotary dims, 0 beyond.
+    `proportional` (transformers' "proportional" RoPE, LFM3's full-attention layers): the pairs
+    span the whole head, (i, i + d/2) for i < rotary_dim/2, at theta^(-2i/d); frequency 0 on
+    the rest of each half (rotate with `rotate_half_matrix(d, d)`)."""
+    if proportional:
+        inv = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / d))
+        half = torch.cat([inv, torch.zeros(d // 2 - rotary_dim // 2)])
+        return torch.cat([half, half])
     inv = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
     return torch.cat([inv, inv, torch.zeros(d - rotary_dim)])
 
 
-def apply_rotary_naive(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, theta: float) -> torch.Tensor:
-    """Rotate-half RoPE on the first rotary_dim dims of x [T, heads, d], the rest unchanged."""
+def apply_rotary_naive(x: torch.Tensor, positions: torch.Tensor, rotary_dim: int, theta: float,
+                       proportional: bool = False) -> torch.Tensor:  # fmt: skip
+    """Rotate-half RoPE on the first rotary_dim dims of x [T, heads, d], the rest unchanged;
+    `proportional`: on the pairs (i, i + d/2), i < rotary_dim/2, at theta^(-2i/d) (see
+    `rotary_frequencies`)."""
+    if proportional:
+        d = x.shape[-1]
+        inv = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / d))
+        freqs = positions.float().view(-1, 1) * torch.cat([inv, torch.zeros(d // 2 - rotary_dim // 2)]).view(1, -1)
+        emb = torch.cat([freqs, freqs], -1)[:, None]
+        return x * emb.cos() + torch.cat([-x[..., d // 2 :], x[..., : d // 2]], -1) * emb.sin()
     inv = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.int64).float() / rotary_dim))
     freqs = positions.float().view(-1, 1) * inv.view(1, -1)
     cos, sin = torch.cat([freqs, freqs], -1).cos()[:, None], torch.cat([freqs, freqs], -1).sin()[:, None]

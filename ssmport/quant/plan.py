@@ -17,7 +17,7 @@ import torch
 from torch import nn
 
 from ssmport.checkpoint import storage_key
-from ssmport.ops.matmul import BlockwiseMatmul, FloatExperts, FloatMatmul, Int8Experts
+from ssmport.ops.matmul import BlockwiseMatmul, FloatExperts, FloatMatmul, Int4Experts, Int8Experts, pack_nibbles
 from ssmport.quant.blockwise import Blockwise, quantize_blockwise
 from ssmport.quant.recipes import BLOCK_SIZE, FLOAT, Recipe
 from ssmport.state import dtype_name
@@ -79,9 +79,9 @@ class WeightBuilder:
     ) -> nn.Module:
         """A module computing `x @ W` for W [in, out], stored as the recipe says."""
         n_in, n_out = weight_in_out.shape
-        bits = self.recipe.weight_bits(self.keeps_float(name), role, self.int8_safe(name))
+        bits, affine = self._storage(name, role)
         if bits is not FLOAT and n_in % BLOCK_SIZE == 0:
-            b = _quantize_in_column_chunks(weight_in_out, bits, self.recipe.zero_point)
+            b = _quantize_in_column_chunks(weight_in_out, bits, affine)
             self._record(name, role, b.q.shape, b.storage_dtype, BLOCK_SIZE, b.nbytes)
             return self._keep(BlockwiseMatmul(b.q, b.scale, b.zero_point, b.bits, out_dtype, self.recipe.compute_dtype))
         # Matmuls whose input dim is not a multiple of the block stay in float.
@@ -91,20 +91,26 @@ class WeightBuilder:
 
     def experts(self, name: str, stack_in_out: torch.Tensor, role: str, rows_read: int) -> nn.Module:
         """A stack of per-expert matmul weights [E, in, out] read by expert index (FloatExperts /
-        Int8Experts), stored as `matmul` would store each expert; `rows_read`: the experts one
+        Int8Experts / Int4Experts), stored as `matmul` would store each expert (symmetric blocks); `rows_read`: the experts one
         token reads (top-k), what the roofline counts."""
         E, n_in, n_out = stack_in_out.shape
-        bits = self.recipe.weight_bits(self.keeps_float(name), role, self.int8_safe(name))
+        bits, _ = self._storage(name, role, expert_stack=True)
         if bits is not FLOAT and n_in % BLOCK_SIZE == 0:
-            # int8 whatever the recipe's width: a gathered 4-bit stack is not built yet, so the
-            # 4-bit recipes store experts at 8 bits (recorded so in the plan)
-            blocks = [_quantize_in_column_chunks(w, 8, False) for w in stack_in_out]
+            # symmetric whatever the recipe's zero point: the gathered form dequantizes in plain ops
+            bits = 8 if bits == 4 and n_out % 2 else bits  # 4-bit packs column pairs
+            blocks = [_quantize_in_column_chunks(w, bits, False) for w in stack_in_out]
             q, scale = torch.stack([b.q for b in blocks]), torch.stack([b.scale for b in blocks])
-            self._record(name, role, q.shape, torch.int8, BLOCK_SIZE, q.numel() + 2 * scale.numel(), rows_read)
+            self._record(name, role, q.shape, blocks[0].storage_dtype, BLOCK_SIZE,
+                         sum(b.nbytes for b in blocks), rows_read)  # fmt: skip
+            if bits == 4:
+                return self._keep(Int4Experts(pack_nibbles(q), scale))
             return self._keep(Int8Experts(q, scale))
         w = stack_in_out.to(self.recipe.float_dtype)
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size(), rows_read)
         return self._keep(FloatExperts(w))
+
+    def _storage(self, name: str, role: str, expert_stack: bool = False) -> tuple[int | None, bool]:
+        return self.recipe.storage(name, role, self.keeps_float(name), self.int8_safe(name), expert_stack)
 
     def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         """A lookup table (embedding), stored in the recipe's float dtype."""

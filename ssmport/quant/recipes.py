@@ -15,6 +15,9 @@ from ssmport.errors import SsmportError
 
 BLOCK_SIZE = 32  # integer block length along a matmul's input dimension
 FLOAT = None  # `Recipe.weight_bits` of a matmul that stays in the recipe's float dtype
+# A matmul's stored forms, as the plan names them: (integer width or FLOAT, affine blocks).
+STORAGE: dict[str, tuple[int | None, bool]] = {"float16": (FLOAT, False), "int8": (8, False), "int4": (4, False),
+                                               "uint4": (4, True)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,23 @@ class Recipe:
     # fp16 constant into an fp32 constant, doubling its bytes (docs/quantization.md).
     compute_dtype: torch.dtype | None = None
     kept_bits: int | None = FLOAT  # width of the matmuls an architecture keeps float but declares int8-safe
+    # `auto`: each matmul's stored form by canonical name ((name, STORAGE key) pairs), chosen by
+    # measurement under a size budget (ssmport.quant.auto); a name absent follows the rules above.
+    per_tensor: tuple[tuple[str, str], ...] = ()
+
+    # Least integer width of a routed-expert stack (None: as any matmul of its role).
+    expert_bits: int | None = None
+
+    def storage(self, name: str, role: str, keeps_float: bool, int8_safe: bool = False,
+                expert_stack: bool = False) -> tuple[int | None, bool]:  # fmt: skip
+        """(integer width or FLOAT, affine) of the matmul weight (or expert stack) `name`."""
+        chosen = dict(self.per_tensor).get(name) if self.per_tensor else None
+        if chosen is not None:
+            return STORAGE[chosen]
+        bits = self.weight_bits(keeps_float, role, int8_safe)
+        if expert_stack and bits is not FLOAT and self.expert_bits:
+            bits = max(bits, self.expert_bits)
+        return bits, self.zero_point
 
     def weight_bits(self, keeps_float: bool, role: str = "", int8_safe: bool = False) -> int | None:
         """The integer width of a matmul weight under this recipe (FLOAT: it stays float), given
@@ -87,6 +107,9 @@ class Recipe:
 #   0.50 with a missed top-1 and fails. int4 reached 0.118 .. 0.403 (lfm2) outside qwen3.5
 #   (0.96): limit 1.5 x 0.403; it misses top-1s on 5 of 7 presets and fails there. Both take
 #   the int8 comparison recipe's near-tie and top-1 rules (errors of the same order).
+# - auto: int4keepproj's limits. A budget at or above int4keepproj's size measures at most its
+#   error on the calibration stream (auto minimizes that error); a tighter budget lowers more
+#   and may fail the gate, which then says so.
 RECIPES: dict[str, Recipe] = {
     r.name: r
     for r in (
@@ -126,6 +149,7 @@ RECIPES: dict[str, Recipe] = {
             bits=4,
             role_bits=(("head", 8), ("out_proj", 8)),  # head: measured (benchmarks/int4_choices.py)
             kept_bits=8,
+            expert_bits=8,  # routed experts at 4 bits flipped confident top-1s (benchmarks/int4_experts.py)
         ),
         Recipe(
             "int8",
@@ -134,6 +158,16 @@ RECIPES: dict[str, Recipe] = {
             torch.float16,
             "all",
             GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
+        ),
+        Recipe(
+            "auto",
+            "Chosen by measurement under --size-budget: each matmul (and expert stack) fp16, int8 "
+            "or int4, the least measured error that fits (int4 with zero points is measured and "
+            "shown, not chosen); embeddings fp16, norms and per-channel vectors fp32.",
+            torch.float16,
+            "all",  # every matmul may be lowered; Recipe.per_tensor says how far (ssmport.quant.auto)
+            GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
+            bits=4,
         ),
         Recipe(
             "int4",

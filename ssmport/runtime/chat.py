@@ -92,6 +92,8 @@ class TurnStats:
     restored: bool = False  # rewound to a snapshot
     reply_tokens: int = 0
     stopped_by: str = ""  # "eos" | "stop string" | "max tokens"
+    target_calls: int = 0  # with drafts: calls of the target's functions for the reply
+    accepted: str = ""  # with drafts: "accepted/drafted"
 
 
 @dataclass
@@ -106,8 +108,10 @@ class _Reply:
 class ChatSession:
     """A conversation over a runner (`step`, `feed`, `snapshot`, `restore`, `reset`)."""
 
-    def __init__(self, runner, tokenizer, template: ChatTemplate, cache: SnapshotCache | None = None):
+    def __init__(self, runner, tokenizer, template: ChatTemplate, cache: SnapshotCache | None = None, decoder=None):
         self.runner = runner
+        # a SpeculativeDecoder with a drafter (`chat --draft`): replies through the target's verify calls
+        self.decoder = decoder if decoder is not None and decoder.drafter is not None else None
         self.tokenizer = tokenizer
         self.template = template
         self.cache = cache or SnapshotCache()
@@ -139,6 +143,9 @@ class ChatSession:
         logits = self.prefill_to(prompt)
         self.cache.put(self.runner.snapshot())  # turn boundary: the prompt is in
         rng = np.random.default_rng(seed)
+        if self.decoder is not None:
+            yield from self._drafted_reply(prompt, logits, max_tokens, temperature, top_p, rng)
+            return
         reply, shown = _Reply(), self.tokenizer.stream()
         stops = [s.encode() for s in self.template.stop_strings]
         self.last.stopped_by = "max tokens"
@@ -165,6 +172,41 @@ class ChatSession:
         self.transcript = prompt + reply.tokens
         self.last.reply_tokens = len(reply.tokens)
         self.cache.put(self.runner.snapshot())  # turn boundary: the reply is in
+
+    def _drafted_reply(self, prompt: list[int], logits, max_tokens: int, temperature: float, top_p: float,
+                       rng) -> Iterator[str]:  # fmt: skip
+        """`generate`'s reply through the speculative decoder: the same stops, and the state
+        settled on the reply text shown (the decoder feeds ahead, so it is settled at the end,
+        not rolled back token by token)."""
+        d = self.decoder
+        before = (d.stats.target_calls, d.stats.accepted, d.stats.drafted)
+        reply, shown = _Reply(), self.tokenizer.stream()
+        stops = [s.encode() for s in self.template.stop_strings]
+        self.last.stopped_by = "max tokens"
+        for token in d.decode(logits, max_tokens, temperature, top_p, rng, set(self.template.eos_ids)):
+            if token in self.template.eos_ids or self.tokenizer.token_bytes(token) is None:
+                self.last.stopped_by = "eos"
+                break
+            text = self.tokenizer.decode(reply.tokens + reply.pending + [token])
+            cut = min((i for i in (text.find(s) for s in stops) if i >= 0), default=-1)
+            if cut >= 0:
+                tail = text[:cut][len(self.tokenizer.decode(reply.tokens)) :]
+                reply.pending = []
+                yield from self._show(reply, self.tokenizer.encode(tail) if tail else [], shown)
+                self.last.stopped_by = "stop string"
+                break
+            reply.pending.append(token)
+            if not _partial_stop(text, stops):
+                yield from self._show(reply, reply.pending, shown)
+                reply.pending = []
+        yield from self._show(reply, reply.pending, shown)
+        d.settle(reply.tokens)
+        yield shown.flush()
+        self.transcript = prompt + reply.tokens
+        self.last.reply_tokens = len(reply.tokens)
+        self.last.target_calls = d.stats.target_calls - before[0]
+        self.last.accepted = f"{d.stats.accepted - before[1]}/{d.stats.drafted - before[2]}"
+        self.cache.put(self.runner.snapshot())
 
     def prefill_to(self, prompt: list[int]) -> np.ndarray:
         """Bring the state to `prompt` (reusing what it holds, or a snapshot); return the

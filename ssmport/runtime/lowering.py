@@ -30,6 +30,7 @@ from pathlib import Path
 from ssmport.bundle import Bundle, write_json_atomic
 from ssmport.errors import BundleError, SsmportError
 from ssmport.files import OWNER_MARKER, OwnedDir, check_free_space, stale_dirs, utf8_path
+from ssmport.interrupts import stops_at_once
 
 
 def cache_root() -> Path:
@@ -186,7 +187,8 @@ def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
     try:
         entry = staging.path / "entry"
         entry.mkdir()
-        _lower_in_child(bundle.asset_path, entry)
+        with stops_at_once():  # a stop signal kills the child (subprocess.run does) and the staging goes
+            _lower_in_child(bundle.asset_path, entry)
         files = {rel: [size, mtime] for rel, size, mtime in _file_list(entry)}
         write_json_atomic(entry / STAMP, {"key": key, "asset": str(bundle.asset_path.resolve()),
                                           "coreai_core": _coreai_version(), "files": files})  # fmt: skip

@@ -75,7 +75,7 @@ class OpLog:
 
 def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[str, OpCount]:
     """Ops of one decode call (`main`, one token, unless not `main`) and, when the bundle has
-    it (and `prefill`), of one full prefill chunk, on zero states."""
+    it (and `prefill`), of one full prefill chunk, and of one full `verify` call, on zero states."""
     from ssmport.runtime.runner import Runner
 
     log = OpLog()
@@ -92,4 +92,8 @@ def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[s
             tokens = runner.prefill_chunk + (runner.layout == "apple")
             runner.feed([1] * min(tokens, runner.context or tokens))
             counts["prefill"] = summarize(log.calls[first])
+        if runner.bundle.manifest.verify is not None:  # one full verify call (ssmport.verify)
+            runner.reset()
+            runner.verify([1] * min(runner.verify_rows, runner.context or runner.verify_rows))
+            counts["verify"] = summarize(log.calls[-1])
     return counts

@@ -24,7 +24,9 @@ from ssmport.bundle import Bundle
 from ssmport.coreai_loop import CoreAILoop, settle
 from ssmport.errors import BundleError, SsmportError
 from ssmport.interrupts import interrupts_held
-from ssmport.manifest import DYNAMIC_DIM, FunctionEntry
+from ssmport.manifest import DYNAMIC_DIM, FunctionEntry, with_positions
+from ssmport.runtime.kv_growth import START as KV_START
+from ssmport.runtime.kv_growth import positions_for, with_rows
 from ssmport.runtime.lowering import ensure_lowered
 from ssmport.runtime.snapshot import StateSnapshot
 from ssmport.prefill import DEFAULT_CHUNK
@@ -81,9 +83,11 @@ class Runner:
                 lowered, self.lowered_now = ensure_lowered(self.bundle, rebuild=True)
                 self._model = self._loop.run_until_complete(AIModel.load(lowered))
             traced = {} if profiler is None else {"profiler": profiler}
-            _check_functions(self.bundle, list(self._model.function_names), [function, prefill_entry and prefill_entry.function])
+            _check_functions(self.bundle, list(self._model.function_names),
+                             [function, prefill_entry and prefill_entry.function, m.verify and m.verify.function])
             self._fn = self._model.load_function(function, **traced)
             self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
+            self._verify = self._model.load_function(m.verify.function, **traced) if m.verify else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
         self.layout = m.layout  # "apple": dynamic token counts, whole-history positions, see feed()
         # the most tokens one `main` call takes: apple's "decode" main and the ssmport layout, 1
@@ -94,8 +98,14 @@ class Runner:
         self._check_descriptor(self._fn, m.main)
         if prefill_entry:
             self._check_descriptor(self._prefill, prefill_entry)
+        if m.verify:
+            self._check_descriptor(self._verify, m.verify)
+        # The most tokens one `verify` call checks (ssmport.verify): the verify function's K, or
+        # an apple-layout chunk main's rows; None: this bundle cannot verify drafts.
+        self.verify_rows: int | None = m.verify.chunk if m.verify else (self.main_rows if self.main_rows > 1 else None)
         self.tokens: list[int] = []
         self._states: dict[str, np.ndarray] = {}
+        self.kv_start = KV_START  # a growing KV cache's first allocation (tests set it smaller)
         self.reset()
 
     @property
@@ -129,14 +139,38 @@ class Runner:
 
     def reset(self) -> None:
         """Zero every state (the Linux runtime does not zero buffers for us). A KV cache whose
-        positions are dynamic (the apple layout) is allocated for the whole context: the
-        runtime clamps a write past the buffer silently, and `check_room` keeps within it."""
+        positions are dynamic starts small and grows as the tokens need (`_make_room`,
+        ssmport.runtime.kv_growth): the runtime clamps a write past the buffer silently, and
+        `check_room` keeps within the context."""
         from coreai.runtime import NDArray
 
-        self._states = {s.name: np.zeros(s.full_shape, dtype=np.dtype(s.dtype)) for s in self.bundle.manifest.states}
+        m = self.bundle.manifest
+        self._states = {s.name: np.zeros(self._allocated_shape(s, 0), dtype=np.dtype(s.dtype)) for s in m.states}
         # NDArray copies the array: the runtime updates its own buffers (read them via state()).
         self._bound = {name: NDArray(arr) for name, arr in self._states.items()}
         self.tokens = []
+
+    def _allocated_shape(self, s, tokens: int) -> tuple[int, ...]:
+        """The buffer shape of state `s` for `tokens` tokens: a growing KV cache's positions
+        follow them (kv_growth.positions_for), any other state its full shape."""
+        if not (s.kind == KV and s.shape[3] == DYNAMIC_DIM):
+            return s.full_shape
+        return with_positions(s.shape, positions_for(tokens, s.context, self.kv_start))
+
+    @property
+    def kv_positions(self) -> int | None:
+        """The positions the growing KV caches hold now (None: no growing KV cache)."""
+        grown = [self._bound[s.name].shape[3] for s in self.bundle.manifest.kv_states if s.shape[3] == DYNAMIC_DIM]
+        return min(grown, default=None)
+
+    def _make_room(self, needed: int) -> None:
+        """Grow the growing KV caches to hold `needed` tokens (their rows so far kept)."""
+        from coreai.runtime import NDArray
+
+        for s in self.bundle.manifest.kv_states:
+            shape = self._allocated_shape(s, needed)
+            if s.shape[3] == DYNAMIC_DIM and self._bound[s.name].shape[3] < shape[3]:
+                self._bound[s.name] = NDArray(with_rows(self._bound[s.name].numpy(), shape[3]))
 
     def state(self, name: str) -> np.ndarray:
         """The current value of a state (a copy)."""
@@ -162,12 +196,29 @@ class Runner:
         for s in m.states:
             arrays[s.name] = np.ascontiguousarray(snap.states[s.name])
             if s.kind == KV:
-                full = np.zeros(s.full_shape, dtype=arrays[s.name].dtype)
+                full = np.zeros(self._allocated_shape(s, len(snap.tokens)), dtype=arrays[s.name].dtype)
                 full[:, :, :, : len(snap.tokens)] = arrays[s.name]
                 arrays[s.name] = full
         # NDArray copies the array it is given (and `.numpy()` returns a copy): bind new ones.
         self._bound = {name: NDArray(arrays[name]) for name in self.state_names}
         self.tokens = list(snap.tokens)
+
+    def mark(self) -> tuple[dict[str, np.ndarray], int]:
+        """What `rewind` returns to: a copy of the fixed states and the token count. O(fixed
+        state): a kv state is not copied, its rows past the mark are written again before
+        they are read (ssmport.verify)."""
+        self._check_open()
+        fixed = {s.name: self.state(s.name) for s in self.bundle.manifest.states if s.kind != KV}
+        return fixed, len(self.tokens)
+
+    def rewind(self, mark: tuple[dict[str, np.ndarray], int]) -> None:
+        """Back to a `mark` taken on this runner since its last reset or restore."""
+        from coreai.runtime import NDArray
+
+        fixed, count = mark
+        for name, value in fixed.items():
+            self._bound[name] = NDArray(value)  # NDArray copies: the mark stays reusable
+        del self.tokens[count:]
 
     def _check_room(self, n: int) -> None:
         check_room(len(self.tokens), n, self.context)
@@ -194,6 +245,7 @@ class Runner:
         from coreai.runtime import NDArray
 
         first, n = len(self.tokens), len(chunk)
+        self._make_room(first + n)
         positions = np.arange(first + n) if self.layout == "apple" else np.array([first])
         inputs = {
             "input_ids": NDArray(np.array([chunk], dtype=np.int32)),
@@ -264,15 +316,38 @@ class Runner:
             self._prefill_call(head[start : start + rows])
         return self._main_call([last])[-1]
 
+    def verify(self, tokens: list[int]) -> np.ndarray:
+        """Feed up to `verify_rows` tokens in one call; return the logits after each, float32
+        [n, V] (speculative decoding: ssmport.runtime.speculative)."""
+        if self.verify_rows is None:
+            raise SsmportError(f"{self.bundle.path}: this bundle has no verify function; re-export it with --verify K")
+        if not 1 <= len(tokens) <= self.verify_rows:
+            raise SsmportError(f"verify takes 1 to {self.verify_rows} tokens (got {len(tokens)})")
+        self._check_ids(tokens)
+        self._check_room(len(tokens))
+        tokens = [int(t) for t in tokens]
+        if self._verify is None:  # an apple-layout chunk main
+            return self._main_call(tokens)
+        out = self._rows_call(self._verify, tokens, self.verify_rows)
+        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1, self.vocab_size)[: len(tokens)].copy()
+
     def _prefill_call(self, chunk: list[int]) -> np.ndarray | None:
+        out = self._rows_call(self._prefill, chunk, self.prefill_chunk)
+        if "logits" not in out:
+            return None
+        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
+
+    def _rows_call(self, fn, chunk: list[int], T: int) -> dict:
+        """One call of a function over rows (prefill's signature): `chunk` padded to T rows in
+        the ssmport layout; the apple layout's no padding and the whole history as positions."""
         from coreai.runtime import NDArray
 
         n, first = len(chunk), len(self.tokens)
+        self._make_room(first + n)
         if self.layout == "apple":  # no padding, the whole history as positions, no outputs
             inputs = {"input_ids": NDArray(np.array([chunk], dtype=np.int32)),
                       "position_ids": NDArray(np.arange(first + n, dtype=np.int32).reshape(1, -1))}  # fmt: skip
         else:
-            T = self.prefill_chunk
             ids = np.zeros((1, T), dtype=np.int32)  # padding past valid_len never reaches a state
             ids[0, :n] = chunk
             inputs = {
@@ -281,11 +356,9 @@ class Runner:
                 "valid_len": NDArray(np.array([n], dtype=np.int32)),
             }
         with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
-            out = self._loop.run_until_complete(self._prefill(inputs=inputs, state=self._bound))
+            out = self._loop.run_until_complete(fn(inputs=inputs, state=self._bound))
             self.tokens.extend(chunk)
-        if "logits" not in out:
-            return None
-        return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
+        return out
 
     def generate(
         self,
@@ -310,7 +383,7 @@ class Runner:
 
     def close(self) -> None:
         """Release the runtime objects now, in a fixed order, not at interpreter exit."""
-        for attr in ("_bound", "_prefill", "_fn", "_model"):
+        for attr in ("_bound", "_prefill", "_verify", "_fn", "_model"):
             if hasattr(self, attr):
                 delattr(self, attr)
         gc.collect()

@@ -144,8 +144,7 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[FalconH1Confi
 
 # Falcon-H1-0.5B (Base and Instruct share the architecture): every value from two third-party
 # copies of its config.json (mlx-lm's falcon_h1 ModelArgs defaults, Megatron-Bridge's
-# FalconH1ModelProvider500M); not checked against the Hub here. The larger sizes are left out:
-# their attention head_dim, rope_theta and mamba_norm_before_gate were not in any copy found.
+# FalconH1ModelProvider500M); not checked against the Hub here.
 _0_5B = {"vocab_size": 32784, "hidden_size": 1024, "num_hidden_layers": 36, "num_heads": 8, "num_kv_heads": 2,
          "head_dim": 64, "intermediate_size": 2048, "mamba_heads": 24, "mamba_head_dim": 64, "state_size": 128,
          "n_groups": 1, "gated_norm": "none", "rope_theta": 1e11, "embedding_multiplier": 5.656854249492381,
@@ -154,6 +153,44 @@ _0_5B = {"vocab_size": 32784, "hidden_size": 1024, "num_hidden_layers": 36, "num
          "mlp_multipliers": [0.8838834764831844, 0.5859375],
          "ssm_multipliers": [0.3535533905932738, 0.25, 0.3535533905932738, 0.5, 0.3535533905932738]}  # fmt: skip
 _CONFIRMED = "named by third-party copies of its config.json (mlx-lm, Megatron-Bridge); not fetched here"
+# The larger sizes: layers, widths, heads, MLP, mamba heads / groups, d_state, vocab, the mamba
+# RMSNorm and the µP multipliers from Megatron-Bridge's FalconH1ModelProvider{1P5BDeep,7B,34B}
+# ("from config.json"); attention head_dim 128 from transformers' Falcon-H1 doc table; the 7B's
+# head_dim, rope_theta 1e11 and mamba_norm_before_gate=false also from a third-party copy of its
+# config.json. rope_theta and norm_before_gate for 1.5B-Deep and 34B are the 7B's (unconfirmed).
+_SSM_LARGE = [0.3535533905932738, 0.25, 0.1767766952966369, 0.5, 0.3535533905932738]
+_LARGE = {"head_dim": 128, "state_size": 256, "gated_norm": "gate_first", "rope_theta": 1e11,
+          "embedding_multiplier": 5.656854249492381, "ssm_multipliers": _SSM_LARGE}  # fmt: skip
+_1_5B_DEEP = _LARGE | {
+    "vocab_size": 65537, "hidden_size": 1280, "num_hidden_layers": 66, "num_heads": 6, "num_kv_heads": 2,
+    "intermediate_size": 3072, "mamba_heads": 24, "mamba_head_dim": 64, "n_groups": 1, "lm_head_multiplier": 0.03125,
+    "attention_out_multiplier": 0.5, "key_multiplier": 0.17677669529663687, "ssm_in_multiplier": 1.0,
+    "ssm_out_multiplier": 0.23570226039551587, "mlp_multipliers": [0.7071067811865476, 0.3125]}  # fmt: skip
+# 1.5B (not Deep): its shape from a third-party copy of its config.json and transformers' doc
+# table; its multipliers were in no copy found: the 1.5B-Deep's (unconfirmed, --synthetic only:
+# a download reads the checkpoint's own config.json).
+_1_5B = _1_5B_DEEP | {"hidden_size": 2048, "num_hidden_layers": 24, "num_heads": 8, "intermediate_size": 4608,
+                      "mamba_heads": 48}  # fmt: skip
+_7B = _LARGE | {
+    "vocab_size": 130049, "hidden_size": 3072, "num_hidden_layers": 44, "num_heads": 12, "num_kv_heads": 2,
+    "intermediate_size": 12288, "mamba_heads": 24, "mamba_head_dim": 128, "n_groups": 1,
+    "lm_head_multiplier": 0.013020833333333334, "attention_out_multiplier": 0.10416666666666667,
+    "key_multiplier": 0.030690398488999456, "ssm_in_multiplier": 0.4166666666666667,
+    "ssm_out_multiplier": 0.11785113019775793, "mlp_multipliers": [0.2946278254943948, 0.032552083333333336]}  # fmt: skip
+_34B = _LARGE | {
+    "vocab_size": 261120, "hidden_size": 5120, "num_hidden_layers": 72, "num_heads": 20, "num_kv_heads": 4,
+    "intermediate_size": 21504, "mamba_heads": 32, "mamba_head_dim": 128, "n_groups": 2, "lm_head_multiplier": 0.0078125,
+    "attention_out_multiplier": 0.0375, "key_multiplier": 0.011048543456039804, "ssm_in_multiplier": 0.25,
+    "ssm_out_multiplier": 0.08838834764831845, "mlp_multipliers": [0.1767766952966369, 0.011160714285714284]}  # fmt: skip
+_BRIDGE = "named by third-party lists of the Falcon-H1 checkpoints (Megatron-Bridge names the Instruct repo); not fetched here"
+_LARGER = (  # (preset stem, config, description, how the repo is named, Hub stem)
+    ("1.5b", _1_5B, "24 layers, H2048, 8/2 heads of 128, MLP 4608, mamba 48x64 N256; multipliers and mamba "
+     "norm unconfirmed: the 1.5B-Deep's", _BRIDGE, "1.5B"),
+    ("1.5b-deep", _1_5B_DEEP, "66 layers, H1280, 6/2 heads of 128, MLP 3072, mamba 24x64 N256", _BRIDGE, "1.5B-Deep"),
+    ("7b", _7B, "44 layers, H3072, 12/2 heads of 128, MLP 12288, mamba 24x128 N256", _BRIDGE, "7B"),
+    ("34b", _34B, "72 layers, H5120, 20/4 heads of 128, MLP 21504, mamba 32x128 N256 G2", _BRIDGE, "34B"),
+)  # fmt: skip
+# Falcon-H1-3B is left out: its MLP width and vocabulary were in no copy found.
 
 PRESETS = (
     Preset("falcon-h1-0.5b-base", "falcon_h1", _0_5B,
@@ -162,6 +199,9 @@ PRESETS = (
     Preset("falcon-h1-0.5b-instruct", "falcon_h1", _0_5B,
            "TII Falcon-H1-0.5B-Instruct (the Base architecture, instruction-tuned; chat template passed through)",
            True, HubSource("tiiuae/Falcon-H1-0.5B-Instruct", confirmed=_CONFIRMED)),
+    *(Preset(f"falcon-h1-{stem}-{kind.lower()}", "falcon_h1", config, f"TII Falcon-H1-{hub}-{kind} ({what}; untied)",
+             True, HubSource(f"tiiuae/Falcon-H1-{hub}-{kind}", confirmed=how))
+      for stem, config, what, how, hub in _LARGER for kind in ("Base", "Instruct")),
     Preset("falcon-h1-tiny", "falcon_h1",
            {"vocab_size": 512, "hidden_size": 128, "num_hidden_layers": 3, "num_heads": 4, "num_kv_heads": 2,
             "head_dim": 24, "intermediate_size": 192, "mamba_heads": 6, "mamba_head_dim": 16, "state_size": 24,

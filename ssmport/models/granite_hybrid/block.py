@@ -1,6 +1,7 @@
 """The export form of a Granite-4.0-H layer: the mixer (Mamba-2, from ssmport.models.mamba2,
 or attention from ssmport.models.layers) and the shared SwiGLU MLP, each behind its RMSNorm
-and scaled by residual_multiplier, batched over the T rows."""
+and scaled by residual_multiplier, batched over the T rows; in the MoE releases the routed
+experts of ssmport.models.moe are added to the shared MLP."""
 
 from __future__ import annotations
 
@@ -9,17 +10,18 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Step
-from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer
+from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer, moe_names
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
 from ssmport.models.granite_hybrid.quant import role
 from ssmport.models.hybrid import Mamba2StateMixer
 from ssmport.models.layers import AttentionMixer, ScaledEmbedding, SwiGLU, norm_head
+from ssmport.models.moe import ExpertMixture
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 
 
 class GraniteHybridLayer(nn.Module):
-    """x + r * mixer(rmsnorm(x)), then x + r * mlp(rmsnorm(x)), r = residual_multiplier."""
+    """x + r * mixer(rmsnorm(x)), then x + r * (experts + mlp)(rmsnorm(x)), r = residual_multiplier."""
 
     def __init__(self, cfg: GraniteHybridConfig, i: int, src: TensorSource, b: WeightBuilder):
         super().__init__()
@@ -32,11 +34,14 @@ class GraniteHybridLayer(nn.Module):
             self.mixer = AttentionMixer(cfg.attention, attention(cfg, i), src, b)
         self.states = self.mixer.states
         self.mlp = SwiGLU(None, None, p + "shared_mlp.output_linear.weight", src, b, fused=p + "shared_mlp.input_linear.weight")
+        self.experts = ExpertMixture(cfg.moe, moe_names(i), src, b) if cfg.num_local_experts else None
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         out, states = self.mixer(rms_norm(x, self.in_norm, self.eps), slices, step)
         x = x + out * self.r
-        return x + self.mlp(rms_norm(x, self.mlp_norm, self.eps)) * self.r, states
+        h = rms_norm(x, self.mlp_norm, self.eps)
+        mlp = self.mlp(h) if self.experts is None else self.experts(h) + self.mlp(h)
+        return x + mlp * self.r, states
 
 
 def build(cfg: GraniteHybridConfig, src: TensorSource, b: WeightBuilder):

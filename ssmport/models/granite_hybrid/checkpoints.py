@@ -1,5 +1,12 @@
 """Granite-4.0-H weights: canonical names are transformers' (`model.*`, nn.Linear [out, in]),
-the Mamba-2 conv squeezed to [C, K], the head always present (a tied folder's is its embedding)."""
+the Mamba-2 conv squeezed to [C, K], the head always present (a tied folder's is its embedding).
+
+The MoE releases keep each layer's experts stacked, as released and as save_pretrained writes
+them: `block_sparse_moe.input_linear.weight` [E, 2F, C] (gate rows, then up rows),
+`block_sparse_moe.output_linear.weight` [E, C, F] and the router `block_sparse_moe.router.layer
+.weight` [E, C]. Canonically each expert's gate / up / down is one tensor
+(`block_sparse_moe.input_linear.N.{gate,up}`, `block_sparse_moe.output_linear.N`), read as rows
+of those stacks."""
 
 from __future__ import annotations
 
@@ -9,8 +16,9 @@ from typing import Any
 from ssmport.checkpoint import TensorSource
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig, from_transformers
 from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
-from ssmport.models.loading import check_layer_count, checked_view, head_name
+from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, head_name, layout_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes
+from ssmport.models.moe import MoeNames, fused_expert_layout, moe_shapes
 
 EMBEDDING, HEAD, FINAL_NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
 
@@ -21,6 +29,11 @@ def layer(i: int) -> str:
 
 def attention(cfg: GraniteHybridConfig, i: int) -> AttentionNames:
     return attention_names(layer(i) + "self_attn.", bias=cfg.attention_bias)
+
+
+def moe_names(i: int) -> MoeNames:
+    m = layer(i) + "block_sparse_moe."
+    return MoeNames(m + "router.layer.weight", (m + "input_linear.{e}.gate", m + "input_linear.{e}.up", m + "output_linear.{e}"))
 
 
 def canonical_shapes(cfg: GraniteHybridConfig) -> dict[str, tuple[int, ...]]:
@@ -34,13 +47,20 @@ def canonical_shapes(cfg: GraniteHybridConfig) -> dict[str, tuple[int, ...]]:
         else:
             shapes |= attention_shapes(cfg.attention, attention(cfg, i), H)
         shapes |= {p + "shared_mlp.input_linear.weight": (2 * F, H), p + "shared_mlp.output_linear.weight": (H, F)}
+        if cfg.num_local_experts:
+            shapes |= moe_shapes(cfg.moe, moe_names(i), H)
     return shapes | {FINAL_NORM: (H,), HEAD: (V, H)}
 
 
 def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[GraniteHybridConfig, TensorSource]:
-    """A dense `GraniteMoeHybridForCausalLM` folder."""
+    """A `GraniteMoeHybridForCausalLM` folder, dense or with experts."""
     cfg, tied = from_transformers(cj, source.origin)
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
-    head = head_name(tied, source, HEAD, EMBEDDING)
-    return cfg, checked_view(source, canonical_shapes(cfg), {HEAD: head}, "conv1d.weight", f"Granite-4.0-H {cfg.describe()}")
+    shapes = canonical_shapes(cfg)
+    layout = {n: (n, DEPTHWISE_CONV if n.endswith("conv1d.weight") else AS_IS) for n in shapes}
+    layout[HEAD] = (head_name(tied, source, HEAD, EMBEDDING), AS_IS)
+    for i in range(cfg.num_layers if cfg.num_local_experts else 0):
+        layout |= fused_expert_layout(cfg.moe, moe_names(i), layer(i) + "block_sparse_moe.", source,
+                                      fused="input_linear.weight", down="output_linear.weight", always=True)  # fmt: skip
+    return cfg, layout_view(source, shapes, layout, f"Granite-4.0-H {cfg.describe()}")

@@ -14,15 +14,16 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer
+from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer, moe_names
 from ssmport.models.granite_hybrid.config import MAMBA
 from ssmport.models.hybrid import attention_step, mamba_attention_zero_state
+from ssmport.models.moe import RoutedReference
 from ssmport.models.mamba2.reference import mixer_step
 from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive
 
 
-class GraniteHybridReference(Reference):
+class GraniteHybridReference(RoutedReference, Reference):
     """State: per Mamba-2 layer its conv window [conv_dim, K] and SSM state [H, P, N]; per
     attention layer the K and V rows of every token so far; the position."""
 
@@ -40,7 +41,10 @@ class GraniteHybridReference(Reference):
             x = x + c.residual_multiplier * (self._mamba(i, h, state) if kind == MAMBA else self._attention(i, h, state))
             y = rms_norm_naive(x, w[p + "post_attention_layernorm.weight"], c.norm_eps)
             a, b = (w[p + "shared_mlp.input_linear.weight"] @ y).chunk(2)
-            x = x + c.residual_multiplier * (w[p + "shared_mlp.output_linear.weight"] @ (F.silu(a) * b))
+            mlp = w[p + "shared_mlp.output_linear.weight"] @ (F.silu(a) * b)
+            if c.num_local_experts:  # the routed experts, beside the shared MLP (ssmport.models.moe.moe_naive)
+                mlp = mlp + self.routed(i, c.moe, moe_names(i), y)
+            x = x + c.residual_multiplier * mlp
         state["position"] += 1
         return w[HEAD] @ rms_norm_naive(x, w[FINAL_NORM], c.norm_eps) / c.logits_scaling
 

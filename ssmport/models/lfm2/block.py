@@ -52,24 +52,29 @@ class GatedShortConv(nn.Module):
 
 
 class Lfm2Layer(nn.Module):
-    """x + op(rmsnorm(x)), then x + mlp(rmsnorm(x)). Its states are its operator's."""
+    """x + op(rmsnorm(x)), then x + mlp(rmsnorm(x)). Its states are its operator's. With
+    `sandwich` (LFM3), op's and mlp's outputs are RMS-normed again before the residual."""
 
-    def __init__(self, cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder, mlp: nn.Module):
+    def __init__(self, cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder, mlp: nn.Module,
+                 attention_op=None, sandwich: bool = False):  # fmt: skip
         super().__init__()
-        p, self.eps = layer(i), cfg.norm_eps
+        p, self.eps, self.sandwich = layer(i), cfg.norm_eps, sandwich
         vec = lambda n: b.vector(n, src[n], role(n))  # noqa: E731
         self.op_norm, self.ffn_norm = vec(p + "operator_norm.weight"), vec(p + "ffn_norm.weight")
+        if sandwich:
+            self.post_op_norm, self.post_ffn_norm = vec(p + "post_operator_norm.weight"), vec(p + "post_ffn_norm.weight")
         if cfg.layer_types[i] == CONV:
             self.op = GatedShortConv(cfg, i, src, b)
         else:
-            self.op = AttentionMixer(cfg.attention, attention(i), src, b)
+            self.op = attention_op if attention_op is not None else AttentionMixer(cfg.attention, attention(i), src, b)
         self.states = self.op.states
         self.mlp = mlp
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         out, states = self.op(rms_norm(x, self.op_norm, self.eps), slices, step)
-        x = x + out
-        return x + self.mlp(rms_norm(x, self.ffn_norm, self.eps)), states
+        x = x + (rms_norm(out, self.post_op_norm, self.eps) if self.sandwich else out)
+        y = self.mlp(rms_norm(x, self.ffn_norm, self.eps))
+        return x + (rms_norm(y, self.post_ffn_norm, self.eps) if self.sandwich else y), states
 
 
 def dense_mlp(cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder) -> nn.Module:
@@ -77,8 +82,15 @@ def dense_mlp(cfg: Lfm2Config, i: int, src: TensorSource, b: WeightBuilder) -> n
     return SwiGLU(f + "w1.weight", f + "w3.weight", f + "w2.weight", src, b)
 
 
-def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder, mlp=dense_mlp, role=role):
-    """`mlp(cfg, i, src, b)`: layer i's MLP (LFM2-MoE's routed experts past its dense layers)."""
+def build(cfg: Lfm2Config, src: TensorSource, b: WeightBuilder, mlp=dense_mlp, role=role, attention_op=None,
+          sandwich: bool = False):  # fmt: skip
+    """`mlp(cfg, i, src, b)`: layer i's MLP (LFM2-MoE's routed experts past its dense layers);
+    `attention_op(cfg, i, src, b)`: attention layer i's operator (LFM3's per-kind specs and
+    names); `sandwich`: LFM3's post norms."""
     embed = Embedding(b.table(EMBEDDING, src[EMBEDDING], role(EMBEDDING)))
-    blocks = [Lfm2Layer(cfg, i, src, b, mlp(cfg, i, src, b)) for i in range(cfg.num_layers)]
+
+    def op(i: int):
+        return attention_op(cfg, i, src, b) if attention_op is not None and cfg.layer_types[i] != CONV else None
+
+    blocks = [Lfm2Layer(cfg, i, src, b, mlp(cfg, i, src, b), op(i), sandwich) for i in range(cfg.num_layers)]
     return embed, blocks, norm_head(src, b, HEAD, "model.embedding_norm.weight", cfg.norm_eps)

@@ -29,8 +29,13 @@ def dense_mlp_shapes(cfg: Lfm2Config, i: int) -> dict[str, tuple[int, ...]]:
     return {f + "w1.weight": (F, H), f + "w3.weight": (F, H), f + "w2.weight": (H, F)}
 
 
-def canonical_shapes(cfg: Lfm2Config, mlp=dense_mlp_shapes) -> dict[str, tuple[int, ...]]:
-    """`mlp(cfg, i)`: the shapes of layer i's MLP (LFM2-MoE's experts past its dense layers)."""
+def attention_shapes_of(cfg: Lfm2Config, i: int) -> dict[str, tuple[int, ...]]:
+    return attention_shapes(cfg.attention, attention(i), cfg.hidden_size)
+
+
+def canonical_shapes(cfg: Lfm2Config, mlp=dense_mlp_shapes, attn=attention_shapes_of) -> dict[str, tuple[int, ...]]:
+    """`mlp(cfg, i)`: the shapes of layer i's MLP (LFM2-MoE's experts past its dense layers);
+    `attn(cfg, i)`: those of attention layer i (LFM3's names and per-kind specs)."""
     H, V = cfg.hidden_size, cfg.vocab_size
     shapes: dict[str, tuple[int, ...]] = {EMBEDDING: (V, H)}
     for i, kind in enumerate(cfg.layer_types):
@@ -42,15 +47,17 @@ def canonical_shapes(cfg: Lfm2Config, mlp=dense_mlp_shapes) -> dict[str, tuple[i
             if cfg.conv_bias:
                 shapes |= {c + "in_proj.bias": (3 * H,), c + "conv.bias": (H,), c + "out_proj.bias": (H,)}
         else:
-            shapes |= attention_shapes(cfg.attention, attention(i), H)
+            shapes |= attn(cfg, i)
         shapes |= mlp(cfg, i)
     return shapes | {"model.embedding_norm.weight": (H,), HEAD: (V, H)}
 
 
-def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Lfm2Config, TensorSource]:
-    """An `Lfm2ForCausalLM` folder (either config spelling)."""
-    cfg, tied = from_transformers(cj, source.origin)
+def load(cj: Mapping[str, Any], source: TensorSource, read=from_transformers, shapes=canonical_shapes,
+         family: str = "LFM2") -> tuple[Lfm2Config, TensorSource]:  # fmt: skip
+    """An `Lfm2ForCausalLM` folder (either config spelling); with another config reader
+    `read(cj, origin) -> (config, tied)` and `shapes`, a sibling's (LFM3)."""
+    cfg, tied = read(cj, source.origin)
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
     head = head_name(tied, source, HEAD, EMBEDDING)
-    return cfg, checked_view(source, canonical_shapes(cfg), {HEAD: head}, CONV_WEIGHT, f"LFM2 {cfg.describe()}")
+    return cfg, checked_view(source, shapes(cfg), {HEAD: head}, CONV_WEIGHT, f"{family} {cfg.describe()}")

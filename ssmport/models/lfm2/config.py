@@ -50,12 +50,13 @@ class Lfm2Config(HybridConfig):
         return AttentionSpec(self.num_heads, self.num_kv_heads, self.head_dim, rotary_dim=self.head_dim,
                              rope_theta=self.rope_theta, qk_norm="rms", norm_eps=self.norm_eps)  # fmt: skip
 
-    def validate(self) -> None:
-        self.check_layers("LFM2", LAYER_KINDS)
+    def validate(self, family: str = "LFM2", kinds: tuple[str, ...] = LAYER_KINDS) -> None:
+        """Known layer kinds, an even head_dim, a conv of 2 taps or more (LFM3 shares it)."""
+        self.check_layers(family, kinds)
         if self.head_dim % 2:
-            raise CheckpointError(f"LFM2: head_dim {self.head_dim} is odd (RoPE rotates pairs)")
+            raise CheckpointError(f"{family}: head_dim {self.head_dim} is odd (RoPE rotates pairs)")
         if self.conv_kernel < 2:
-            raise CheckpointError(f"LFM2: conv_L_cache {self.conv_kernel} < 2 is not supported")
+            raise CheckpointError(f"{family}: conv_L_cache {self.conv_kernel} < 2 is not supported")
 
     def describe(self) -> str:
         return (f"(L={self.num_layers}: {self.conv_layers} conv + {self.attention_layers} attention, "

@@ -38,10 +38,14 @@ class Lfm2Reference(Reference):
         for i, kind in enumerate(c.layer_types):
             p = layer(i)
             h = rms_norm_naive(x, w[p + "operator_norm.weight"], c.norm_eps)
-            x = x + (self._conv(i, h, state) if kind == CONV else self._attention(i, h, state))
-            x = x + self._mlp(i, rms_norm_naive(x, w[p + "ffn_norm.weight"], c.norm_eps))
+            x = x + self._post(i, "operator", self._conv(i, h, state) if kind == CONV else self._attention(i, h, state))
+            x = x + self._post(i, "ffn", self._mlp(i, rms_norm_naive(x, w[p + "ffn_norm.weight"], c.norm_eps)))
         state["position"] += 1
         return w[HEAD] @ rms_norm_naive(x, w["model.embedding_norm.weight"], c.norm_eps)
+
+    def _post(self, i: int, what: str, y: torch.Tensor) -> torch.Tensor:
+        """What enters the residual of layer i's "operator" or "ffn" output (LFM3: a norm)."""
+        return y
 
     def _mlp(self, i: int, y: torch.Tensor) -> torch.Tensor:
         f = layer(i) + "feed_forward."

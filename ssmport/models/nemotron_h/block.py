@@ -1,6 +1,6 @@
 """The export form of a Nemotron-H layer: RMSNorm, then its pattern's mixer (Mamba-2 from
 ssmport.models.mamba2, attention or the relu^2 MLP from ssmport.models.layers), then the
-residual add, batched over the T rows. An MLP layer uses no state."""
+residual add, batched over the T rows. An MLP or MoE layer (ssmport.models.moe) uses no state."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.hybrid import Mamba2StateMixer
 from ssmport.models.layers import AttentionMixer, ReluSquaredMLP, norm_head
-from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer
-from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, NemotronHConfig
+from ssmport.models.moe import ExpertMixture
+from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer, moe_names
+from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, MOE, NemotronHConfig
 from ssmport.models.nemotron_h.quant import role
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
@@ -30,6 +31,8 @@ class NemotronHLayer(nn.Module):
             self.mixer = Mamba2StateMixer(cfg.mixer, m, src, b, role)
         elif kind == ATTENTION:
             self.mixer = AttentionMixer(cfg.attention, attention(i), src, b)
+        elif kind == MOE:
+            self.mixer = ExpertMixture(cfg.moe, moe_names(i), src, b)
         else:
             self.mixer = ReluSquaredMLP(m + "up_proj.weight", m + "down_proj.weight", src, b)
         self.states = getattr(self.mixer, "states", ())

@@ -10,7 +10,9 @@ def role(name: str) -> Role:
     if name in ("embeddings.weight", "lm_head.weight"):
         return Role.EMBEDDING if name == "embeddings.weight" else Role.HEAD
     leaf = name.rsplit(".mixer.", 1)[-1]
-    if leaf.startswith(("up_proj.", "down_proj.")):
+    if leaf.startswith("gate."):  # an MoE router and its correction bias: they decide the experts
+        return Role.ROUTER
+    if leaf.startswith(("up_proj.", "down_proj.", "experts.", "shared_experts.", "{experts.")):
         return Role.FFN
     if leaf.startswith(("q_proj.", "k_proj.", "v_proj.", "o_proj.")):
         return Role.ATTN_PROJ
@@ -23,4 +25,4 @@ def role(name: str) -> Role:
     return Role.NORM
 
 
-KEEP_FLOAT_ROLES = frozenset({Role.STATE_PROJ, Role.SSM, Role.NORM, Role.EMBEDDING})
+KEEP_FLOAT_ROLES = frozenset({Role.STATE_PROJ, Role.SSM, Role.NORM, Role.EMBEDDING, Role.ROUTER})

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -23,6 +25,9 @@ class _RWKV6(PackagedArchitecture):
     def load_pth(self, source: TensorSource):
         return checkpoints.load_blinkdl(source)
 
+    def load_hf(self, config_json: Mapping[str, Any], source: TensorSource):
+        return checkpoints.load_fla(config_json, source)
+
     def state_specs(self, config: RWKV6Config, state_dtype: torch.dtype) -> list[StateSpec]:
         # RWKV-7's two states: recState [L, 1, H, K, V] key-major (K = V in x060) and shiftState
         return RWKV7.state_specs(config, state_dtype)
@@ -37,7 +42,8 @@ class _RWKV6(PackagedArchitecture):
 
 RWKV6 = _RWKV6(
     name="rwkv6",
-    description="RWKV-6 Finch (x060): WKV-6 data-dependent decay state, BlinkDL .pth",
+    description="RWKV-6 Finch (x060): WKV-6 data-dependent decay state, BlinkDL .pth or fla HF folders",
+    hf_architectures=("RWKV6ForCausalLM", "RWKV6Model"),
     presets=PRESETS,
     tiny_preset="rwkv6-tiny",
     preset_keys=("vocab_size", "hidden_size", "num_layers", "attention_size", "head_size", "ffn_size"),  # LoRA ranks: the weights say

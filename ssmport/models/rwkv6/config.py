@@ -55,7 +55,9 @@ def _preset(name: str, layers: int, width: int, description: str, released: bool
 
 
 _WORLD = "BlinkDL/rwkv-6-world"
-_HOW = None  # file names as RWKV-Runner's model list and public download scripts give them; not checked on the Hub here
+# Each file as a huggingface.co/BlinkDL/rwkv-6-world/blob/main/<file> link in public READMEs (RWKV's
+# own model tables among them) and RWKV-Runner's model list; the Hub itself not fetched here.
+_HOW = "huggingface.co/BlinkDL/rwkv-6-world/blob/main/<file> links in public READMEs and RWKV-Runner's model list"
 _RELEASES = (  # (preset, layers, width, description, file)
     ("rwkv6-1.6b", 24, 2048, "RWKV-6 World 1.6B (L24 C2048)", "RWKV-x060-World-1B6-v2.1-20240328-ctx4096.pth"),
     ("rwkv6-3b", 32, 2560, "RWKV-6 World 3B (L32 C2560)", "RWKV-x060-World-3B-v2.1-20240417-ctx4096.pth"),

@@ -9,7 +9,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes
+from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes, fla_shared_rules
 from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored, check_layer_count,
                                     head_name, layout_view, renamed, stacked_row)
 from ssmport.models.rwkv7.config import MIX_NAMES, RWKV7Config
@@ -79,12 +79,7 @@ def fla_layout(cfg: RWKV7Config, head: str, stacked_mixes: bool) -> dict[str, tu
     and 2025-04-09 stored the six token-shift mixes as one `attn.x_x` [6, C] (rows r, w, k, v, a, g);
     per-channel vectors were saved [C] or [1, 1, C], depending on the fla version."""
     L = r"blocks\.(\d+)\."
-    rules = [
-        ("emb.weight", "model.embeddings.weight", AS_IS),
-        (r"blocks\.0\.ln0\.(\w+)", r"model.layers.0.pre_norm.\1", AS_IS),
-        (L + r"ln1\.(\w+)", r"model.layers.\1.attn_norm.\2", AS_IS),
-        (L + r"ln2\.(\w+)", r"model.layers.\1.ffn_norm.\2", AS_IS),
-        (L + r"att\.ln_x\.(\w+)", r"model.layers.\1.attn.g_norm.\2", AS_IS),
+    rules = fla_shared_rules(head) + [
         *((L + f"att\\.x_{m}", r"model.layers.\1.attn.x_x", stacked_row(j, len(MIX_NAMES)))
           for j, m in enumerate(MIX_NAMES) if stacked_mixes),
         (L + r"att\.([wavg])1", r"model.layers.\1.attn.\2_lora.lora.0.weight", TRANSPOSED),
@@ -96,8 +91,6 @@ def fla_layout(cfg: RWKV7Config, head: str, stacked_mixes: bool) -> dict[str, tu
           (("receptance", "r_proj"), ("key", "k_proj"), ("value", "v_proj"), ("output", "o_proj"))),
         (L + r"ffn\.x_k", r"model.layers.\1.ffn.x_k", FLAT_OR_UNSQUEEZED),
         (L + r"ffn\.(key|value)\.weight", r"model.layers.\1.ffn.\2.weight", AS_IS),
-        (r"ln_out\.(\w+)", r"model.norm.\1", AS_IS),
-        ("head.weight", head, AS_IS),
     ]  # fmt: skip
     return renamed(canonical_shapes(cfg), rules)
 

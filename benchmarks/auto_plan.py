@@ -1,0 +1,43 @@
+"""What `--quant auto --size-budget SIZE` chooses for a model, without exporting it: the measured
+sensitivity table and the choice (ssmport.quant.auto.plan_auto), the conversion skipped.
+
+    python benchmarks/auto_plan.py qwen3.5-4b 2.5GB --synthetic --json benchmarks/results/auto_plan_qwen3.5-4b.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from ssmport.quant.auto import plan_auto
+from ssmport.quant.budget import parse_size
+from ssmport.sources import load_model
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("model")
+    ap.add_argument("budget", help="e.g. 2.5GB")
+    ap.add_argument("--synthetic", action="store_true")
+    ap.add_argument("--json", help="write the plan record here")
+    args = ap.parse_args()
+    started = time.perf_counter()
+    model = load_model(args.model, synthetic=args.synthetic)
+    passes = [0]
+    plan = plan_auto(model, parse_size(args.budget), on_pass=lambda: passes.__setitem__(0, passes[0] + 1))
+    r = plan.record
+    print(f"{args.model}{' (synthetic)' if args.synthetic else ''}, budget {args.budget}: weights {r['plan_bytes']:,} "
+          f"bytes + {r['reserved_for_graph_bytes']:,} reserved; per {r['granularity']}; {passes[0]} passes of "
+          f"{r['calibration']['steps']} steps; {time.perf_counter() - started:.0f} s")  # fmt: skip
+    for g in r["sensitivity"]:
+        mse = "  ".join(f"{f} {v:.2e}" for f, v in g["mse"].items())
+        print(f"  {g['group'][:48]:48} {g['chosen']:8} {g['bytes'][g['chosen']]:>14,}  {mse}")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"model": args.model, "synthetic": args.synthetic, "budget": args.budget} | r, f, indent=1)
+            f.write("\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""Decode cost at a given history length, bundle by bundle: does it follow the tokens held or
+the context allocated? (issue 32, part 0)
+
+    python benchmarks/context_cost.py out/lfm2-c512 out/lfm2-c4096 --held 100 --steps 16
+
+For each bundle: feed `--held` tokens (through prefill when the bundle has it), then time
+`--steps` decode calls (median ms/token; the history grows from held to held+steps), count
+the runtime ops of one decode call at that length (a separate profiled load), and report the
+KV positions a call reads (a growing cache's allocation, else the context) and their bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+import numpy as np
+
+from ssmport.bundle import Bundle
+from ssmport.runtime import Runner
+from ssmport.runtime.op_count import OpLog, summarize
+
+
+def measure(path: str, held: int, steps: int, warmup: int = 3) -> dict:
+    bundle = Bundle.open(path)
+    m = bundle.manifest
+    rng = np.random.default_rng(0)
+    prompt = rng.integers(1, m.vocab_size, held).tolist()
+    then = rng.integers(1, m.vocab_size, warmup + steps).tolist()
+    with Runner(bundle) as runner:
+        runner.feed(prompt)  # a first call of each function pays one-time setup: warm both up
+        runner.reset()
+        runner.feed(prompt)
+        for t in then[:warmup]:
+            runner.step(t)
+        times = []
+        for t in then[warmup:]:
+            start = time.perf_counter()
+            runner.step(t)
+            times.append(1000 * (time.perf_counter() - start))
+        positions = runner.kv_positions or m.context
+    log = OpLog()
+    with Runner(bundle, profiler=log.profiler()) as runner:
+        runner.feed(prompt)
+        runner.step(then[0])
+        ops = summarize(log.calls[-1])
+    return {"bundle": path, "layout": m.layout, "context": m.context, "held": held,
+            "decode_ms_per_token": float(np.median(times)), "decode_ms_min": float(np.min(times)),
+            "ops_per_decode_call": ops.ops, "kv_positions_read": positions,
+            "kv_bytes_read_per_token": m.kv_bytes_per_token * (positions or 0)}  # fmt: skip
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("bundles", nargs="+")
+    p.add_argument("--held", type=int, default=100)
+    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--json", action="store_true")
+    a = p.parse_args()
+    rows = [measure(b, a.held, a.steps) for b in a.bundles]
+    if a.json:
+        print(json.dumps(rows, indent=2))
+        return
+    for r in rows:
+        print(f"{r['bundle']:40} {r['layout']:8} context {r['context']:5}  {r['decode_ms_per_token']:8.1f} ms/token "
+              f"(min {r['decode_ms_min']:.1f})  {r['ops_per_decode_call']:5} ops  KV read {r['kv_positions_read']} "
+              f"positions, {r['kv_bytes_read_per_token'] / 1e6:.2f} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

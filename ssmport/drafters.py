@@ -1,0 +1,131 @@
+"""Drafters for speculative decoding: cheap guesses of the next tokens, which the target
+bundle's `verify` function then checks (ssmport.runtime.speculative).
+
+A drafter proposes up to k tokens after a context; each comes with the distribution q it was
+drawn from, or none when the drafter is deterministic (q one-hot on the proposed token), which
+is what the rejection scheme needs to keep the target's distribution.
+
+- `LookupDrafter` (prompt lookup): the tokens that followed the most recent earlier occurrence
+  of the context's last n tokens (n from `longest` down to `shortest`). No model: strong
+  where text repeats itself (code, documents, chat that quotes itself).
+- `BundleDrafter`: a smaller bundle with the same tokenizer, decoding k tokens on its own
+  runner, rewound to the accepted context each round (its fixed states only: `Runner.mark`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import numpy as np
+
+from ssmport.errors import SsmportError
+from ssmport.sampling import sampling_probs
+
+LOOKUP = "lookup"  # `--draft lookup`
+MTP = "mtp"  # Qwen3.5's multi-token-prediction head: not built (refused in one line)
+LOOKUP_LONGEST, LOOKUP_SHORTEST = 4, 1  # n-gram lengths tried, longest first
+# A draft model catches up with fewer tokens one by one through `main` than a padded prefill chunk costs.
+STEP_CATCH_UP = 4
+
+
+@dataclass(frozen=True)
+class Draft:
+    tokens: list[int]
+    # q of each token (float64 [V]) when drawn at random; None: deterministic (q one-hot)
+    probs: list[np.ndarray] | None = None
+
+
+class Drafter(Protocol):
+    def propose(self, context: Sequence[int], k: int, temperature: float, top_p: float,
+                rng: np.random.Generator) -> Draft: ...  # fmt: skip
+
+
+class LookupDrafter:
+    """Prompt lookup: n-gram drafts from the context itself (deterministic)."""
+
+    def __init__(self, longest: int = LOOKUP_LONGEST, shortest: int = LOOKUP_SHORTEST):
+        self.longest, self.shortest = longest, shortest
+
+    def propose(self, context: Sequence[int], k: int, temperature: float = 0.0, top_p: float = 1.0,
+                rng: np.random.Generator | None = None) -> Draft:  # fmt: skip
+        ctx = np.asarray(context, dtype=np.int64)
+        for n in range(min(self.longest, len(ctx) - 1), self.shortest - 1, -1):
+            tail = ctx[-n:]
+            # every start s < len - n whose n tokens equal the tail; the most recent wins
+            windows = np.lib.stride_tricks.sliding_window_view(ctx[:-1], n)
+            hits = np.flatnonzero((windows == tail).all(axis=1))
+            if len(hits):
+                # the most recent match that has k tokens after it, else the one with the most
+                # (a match just before the tail has only a token or two to offer)
+                full = hits[hits + n + k <= len(ctx)]
+                start = int(full[-1] if len(full) else hits[0]) + n
+                return Draft([int(t) for t in ctx[start : start + k]])
+        return Draft([])
+
+
+class BundleDrafter:
+    """A smaller bundle's own greedy (temperature 0) or sampled drafts."""
+
+    def __init__(self, runner):
+        self.runner = runner
+        self._mark = None  # the draft runner's state at the accepted context of the last round
+
+    def propose(self, context: Sequence[int], k: int, temperature: float, top_p: float,
+                rng: np.random.Generator) -> Draft:  # fmt: skip
+        r = self.runner
+        if self._mark is not None:
+            r.rewind(self._mark)  # drop last round's drafts
+        held = len(r.tokens)
+        if held >= len(context) or list(context[:held]) != r.tokens:
+            r.reset()
+            held = 0
+        new = [int(t) for t in context[held:]]
+        logits = r.step_each(new)[-1] if len(new) <= STEP_CATCH_UP or not r.has_prefill else r.feed(new)
+        self._mark = r.mark()
+        tokens, probs = [], []
+        for i in range(k):
+            if temperature == 0:
+                tokens.append(int(np.argmax(logits)))
+            else:
+                q = sampling_probs(logits, temperature, top_p)
+                tokens.append(int(rng.choice(len(q), p=q)))
+                probs.append(q)
+            if i + 1 < k:
+                logits = r.step(tokens[-1])
+        return Draft(tokens, probs if temperature > 0 else None)
+
+
+def open_drafter(spec: str, target_bundle):
+    """`--draft lookup` or `--draft BUNDLE` (a bundle with the target's tokenizer) -> (drafter,
+    the draft runner to close, or None)."""
+    if spec == LOOKUP:
+        return LookupDrafter(), None
+    if spec == MTP:
+        raise SsmportError("--draft mtp: drafting with Qwen3.5's multi-token-prediction head (mtp.*) is not built "
+                           "yet (ssmport skips those weights); use --draft lookup or a smaller BUNDLE")  # fmt: skip
+    from ssmport.bundle import Bundle
+    from ssmport.runtime.runner import Runner
+
+    if not Path(spec).exists():
+        raise SsmportError(f"--draft {spec}: not 'lookup' and no such bundle")
+    draft = Bundle.open(spec)
+    check_same_tokenizer(target_bundle.manifest, draft.manifest, spec)
+    return BundleDrafter(runner := Runner(draft)), runner
+
+
+def check_same_tokenizer(target, draft, where: str) -> None:
+    """A draft bundle must speak the target's ids: the same tokenizer file and vocabulary."""
+    t, d = target.tokenizer, draft.tokenizer
+    if t is None or d is None or t.sha256 != d.sha256:
+        raise SsmportError(f"--draft {where}: its tokenizer differs from the target's "
+                           f"({d.sha256[:12] if d else 'none'} vs {t.sha256[:12] if t else 'none'}); a draft "
+                           "bundle must share the target's tokenizer")  # fmt: skip
+    if target.vocab_size != draft.vocab_size:
+        raise SsmportError(f"--draft {where}: its vocabulary has {draft.vocab_size:,} ids, the target's "
+                           f"{target.vocab_size:,}; a draft bundle must share the target's")  # fmt: skip
+
+
+__all__ = ["LOOKUP", "MTP", "BundleDrafter", "Draft", "Drafter", "LookupDrafter", "check_same_tokenizer", "open_drafter"]

@@ -1,0 +1,293 @@
+"""`--quant auto --size-budget SIZE`: each matmul's stored form chosen by measurement.
+
+1. Sensitivity. The fp32 decode module is built once, with every matmul (and expert stack) a
+   `_Probe` that can be lowered in place. Each candidate alone is lowered to each stored form
+   (fp16, int8, int4, and uint4: int4 with a zero point, measured but not chosen, see
+   CHOOSE_ZERO_POINTS) while every other weight stays fp32,
+   and the calibration streams (the gate's: its built-in texts through the tokenizer, else its
+   seeded ids) are run teacher-forced in torch with fp32 sums: the error of that form of that
+   tensor alone, mean squared Δlogits against the fp32 logits (squared errors of independent
+   perturbations add, so a plan's error is estimated as their sum).
+2. Choice. From every candidate at fp16, the lowering that costs the least added error per
+   byte saved is taken, again and again, until the plan fits the budget; then, while bytes are
+   left, the raise that removes the most error per byte added and still fits. Ties go by name:
+   the same model and budget give the same plan.
+3. Bytes are exact: each form's bytes are what the plan records for it (4-bit two to a byte,
+   scales, zero points), tables fp16 and per-channel vectors fp32 as in every 16-bit recipe.
+   The asset adds its graph and container; the plan reserves `reserve` bytes for them and the
+   exporter checks the asset it wrote against the budget.
+
+A model with more than `MAX_TENSOR_GROUPS` candidates is measured per role (all of a role's
+tensors lowered together, one choice per role): the passes then stay a few dozen.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+import torch
+from torch import nn
+
+from ssmport.errors import SsmportError
+from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
+from ssmport.quant.plan import WeightBuilder
+from ssmport.quant.recipes import BLOCK_SIZE, RECIPES, Recipe
+
+FORMS = ("float16", "int8", "uint4", "int4")  # most bytes first
+# uint4 (int4 with a per-block zero point) is measured and shown, not chosen: on a device a
+# nonzero int4 shift fell off the fused fast path (3 vs 16 tok/s, issue 34), for errors 6-14%
+# smaller on rwkv7-pydoc (docs/quantization.md). Set True to let the measurement choose it.
+CHOOSE_ZERO_POINTS = False
+EXPERT_FORMS = ("float16", "int8", "int4")  # expert stacks are symmetric (ops.matmul.Int4Experts)
+CALIBRATION_STREAMS = 1
+CALIBRATION_STEPS = 16
+MAX_TENSOR_GROUPS = 96
+# Graph, container and metadata beside the plan's weights: measured 60 KB (decode-only
+# rwkv7-pydoc) to 182 KB (lfm2-moe-tiny with prefill), 0.3 MB at rwkv7-1.5b.
+DEFAULT_RESERVE = 512 << 10
+
+def form_bytes(form: str, shape: tuple[int, ...]) -> int:
+    """What the plan records for a matmul weight [in, out] (or an expert stack [E, in, out]) stored
+    as `form`: data (4-bit two to a byte), one fp16 scale per block, and uint4 zero points."""
+    n = math.prod(shape)
+    blocks = n // BLOCK_SIZE
+    return {"float16": 2 * n, "int8": n + 2 * blocks, "int4": n // 2 + 2 * blocks,
+            "uint4": n // 2 + 2 * blocks + blocks // 2}[form]  # fmt: skip
+
+
+def lowered(weight: torch.Tensor, form: str) -> torch.Tensor:
+    """The fp32 values a weight [in, out] (or a stack [E, in, out]) holds once stored as `form`."""
+    if form == "float16":
+        return weight.half().float()
+    if weight.dim() == 3:
+        return torch.stack([lowered(w, form) for w in weight])
+    return dequantize_blockwise(quantize_blockwise(weight, 8 if form == "int8" else 4, form == "uint4"))
+
+
+class _Probe(nn.Module):
+    """A matmul `x @ W` (or an expert stack read by index) with W fp32, that `lower` replaces by
+    a stored form's values, its inputs then rounded to fp16 as the bundle's 16-bit matmuls take
+    them; sums stay fp32 (the form's own error, not this runtime's fp16 sums)."""
+
+    def __init__(self, weight: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.weight, self.out_dtype, self.low = weight.float().contiguous(), out_dtype, None
+
+    dtype = torch.float32  # what an expert mixture casts its input to
+
+    def lower(self, form: str | None) -> None:
+        self.low = None if form is None else lowered(self.weight, form)
+
+    def _w(self) -> torch.Tensor:
+        return self.weight if self.low is None else self.low
+
+    def _x(self, x: torch.Tensor) -> torch.Tensor:
+        return x.float() if self.low is None else x.to(torch.float16).float()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self._x(x) @ self._w()).to(self.out_dtype)
+
+    def select(self, idx: torch.Tensor) -> torch.Tensor:  # expert stacks: the input is rounded by the caller
+        return self._w()[idx]
+
+    def whole(self) -> torch.Tensor:
+        return self._w()
+
+
+@dataclass
+class _Candidate:
+    name: str
+    role: str
+    shape: tuple[int, ...]
+    probe: _Probe
+    forms: tuple[str, ...]
+
+
+class _ProbeBuilder(WeightBuilder):
+    """Builds the fp32 module with probes for every matmul the plan could store as integers, and
+    counts the bytes of everything else as `auto` stores it (fp16 tables and odd-sized matmuls,
+    fp32 vectors)."""
+
+    def __init__(self, arch):
+        super().__init__(RECIPES["fp32"], arch.keeps_float)
+        self.candidates: list[_Candidate] = []
+        self.fixed_bytes = 0
+
+    def matmul(self, name, weight_in_out, role, out_dtype=torch.float32):
+        probe = _Probe(weight_in_out, out_dtype)
+        if weight_in_out.shape[0] % BLOCK_SIZE:
+            self.fixed_bytes += form_bytes("float16", tuple(weight_in_out.shape))
+        else:
+            self.candidates.append(_Candidate(name, role, tuple(weight_in_out.shape), probe, FORMS))
+        return probe
+
+    def experts(self, name, stack_in_out, role, rows_read):
+        probe = _Probe(stack_in_out)
+        E, n_in, n_out = stack_in_out.shape
+        if n_in % BLOCK_SIZE:
+            self.fixed_bytes += form_bytes("float16", tuple(stack_in_out.shape))
+        else:
+            forms = EXPERT_FORMS if n_out % 2 == 0 else EXPERT_FORMS[:2]
+            self.candidates.append(_Candidate(name, role, tuple(stack_in_out.shape), probe, forms))
+        return probe
+
+    def table(self, name, value, role):
+        self.fixed_bytes += form_bytes("float16", tuple(value.shape))
+        return nn.Parameter(value.float().contiguous(), requires_grad=False)
+
+    def vector(self, name, value, role):
+        self.fixed_bytes += 4 * value.numel()
+        return nn.Parameter(value.float().contiguous(), requires_grad=False)
+
+
+@dataclass
+class _Group:
+    """Tensors that get one stored form together (one tensor, or one role)."""
+
+    name: str
+    role: str
+    members: list[_Candidate]
+    forms: tuple[str, ...]
+    bytes: dict[str, int] = field(default_factory=dict)
+    mse: dict[str, float] = field(default_factory=dict)
+    max_rel: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AutoPlan:
+    recipe: Recipe  # `auto` with each candidate's stored form (Recipe.per_tensor)
+    budget: int
+    reserve: int
+    plan_bytes: int  # the weights as the plan will record them
+    record: dict  # what the manifest's plan["auto"] holds
+
+
+def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None) -> AutoPlan:
+    """Measure every candidate's sensitivity on `model` and choose the stored forms that fit
+    `budget` bytes (of which `reserve` is the asset's graph and container) with the least
+    estimated error. A budget below the smallest possible bundle is refused in one line."""
+    arch = model.architecture
+    builder = _ProbeBuilder(arch)
+    with torch.no_grad():
+        module = arch.build_decode(model.config, model.weights, builder, torch.float32).eval()
+    specs = arch.state_specs(model.config, torch.float32)
+    groups = _groups(builder.candidates)
+    smallest = builder.fixed_bytes + sum(min(g.bytes.values()) for g in groups) + reserve
+    if budget < smallest:
+        raise SsmportError(f"--size-budget {budget:,} bytes is below the smallest {model.name} bundle auto can make: "
+                           f"{smallest:,} bytes ({smallest / (1 << 20):.2f} MB: every matmul int4, the rest 16-bit)")  # fmt: skip
+    streams = calibration_streams(model)
+    run = _Runner(module, specs, streams)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one-token steps: 8 ms each on one thread, 30x that on two busy cores
+    try:
+        reference = run()
+        scale = max(1.0, float(np.abs(reference).max()))
+        for g in groups:
+            for form in g.forms:
+                for c in g.members:
+                    c.probe.lower(form)
+                delta = run() - reference
+                g.mse[form] = float(np.mean(delta**2))
+                g.max_rel[form] = float(np.abs(delta).max() / scale)
+                if on_pass:
+                    on_pass()
+            for c in g.members:
+                c.probe.lower(None)
+    finally:
+        torch.set_num_threads(threads)
+    choice = _choose(groups, budget - reserve - builder.fixed_bytes)
+    per_tensor = tuple(sorted((c.name, choice[g.name]) for g in groups for c in g.members))
+    plan_bytes = builder.fixed_bytes + sum(g.bytes[choice[g.name]] for g in groups)
+    record = {
+        "budget_bytes": budget,
+        "reserved_for_graph_bytes": reserve,
+        "plan_bytes": plan_bytes,
+        "estimated_mse": sum(g.mse[choice[g.name]] for g in groups),
+        "calibration": {"streams": len(streams), "steps": sum(map(len, streams)), "logit_scale": scale,
+                        "measure": "mean squared Δlogits vs fp32, that group alone lowered (torch, fp32 sums)"},
+        "granularity": "tensor" if len(groups) == len(builder.candidates) else "role",
+        "sensitivity": [{"group": g.name, "role": g.role, "tensors": len(g.members), "chosen": choice[g.name],
+                         "bytes": g.bytes, "mse": g.mse, "max_rel_delta": g.max_rel} for g in groups],
+    }  # fmt: skip
+    del module, run
+    return AutoPlan(replace(RECIPES["auto"], per_tensor=per_tensor), budget, reserve, plan_bytes, record)
+
+
+def calibration_streams(model) -> list[list[int]]:
+    """The gate's streams (its texts through the model's tokenizer, else seeded ids), shorter."""
+    from ssmport.parity import default_prompts
+
+    tokenizer = None
+    if model.vocab_path is not None:
+        from ssmport.tokenizers import load_tokenizer
+
+        tokenizer = load_tokenizer(model.vocab_path)
+    return default_prompts(model.config.vocab_size, CALIBRATION_STREAMS, CALIBRATION_STEPS, tokenizer=tokenizer)
+
+
+class _Runner:
+    """The logits of every calibration step, [steps, V] fp64, from fresh states per stream."""
+
+    def __init__(self, module, specs, streams):
+        self.module, self.specs, self.streams = module, specs, streams
+
+    def __call__(self) -> np.ndarray:
+        rows = []
+        with torch.no_grad():
+            for s in self.streams:
+                for spec in self.specs:
+                    getattr(self.module, spec.name).zero_()
+                for pos, token in enumerate(s):
+                    ids = torch.tensor([[token]], dtype=torch.int32)
+                    rows.append(self.module(ids, torch.tensor([[pos]], dtype=torch.int32)).double().reshape(-1))
+        return torch.stack(rows).numpy()
+
+
+def _groups(candidates: list[_Candidate]) -> list[_Group]:
+    if len(candidates) <= MAX_TENSOR_GROUPS:
+        parts = [(c.name, c.role, [c]) for c in candidates]
+    else:
+        by: dict[tuple[str, tuple[str, ...]], list[_Candidate]] = defaultdict(list)
+        for c in candidates:
+            by[(c.role, c.forms)].append(c)
+        parts = [(f"{role} ({len(cs)} tensors{', experts' if len(forms) < len(FORMS) else ''})", role, cs)
+                 for (role, forms), cs in by.items()]  # fmt: skip
+    groups = []
+    for name, role, members in parts:
+        forms = members[0].forms
+        g = _Group(name, role, members, forms)
+        g.bytes = {f: sum(form_bytes(f, c.shape) for c in members) for f in forms}
+        groups.append(g)
+    return sorted(groups, key=lambda g: g.name)
+
+
+def _choose(groups: list[_Group], room: int) -> dict[str, str]:
+    """Greedy by error per byte: lower until the groups fit `room`, then raise while they still fit."""
+    choice = {g.name: g.forms[0] for g in groups}
+    used = sum(g.bytes[g.forms[0]] for g in groups)
+    forms = {g.name: [f for f in g.forms if CHOOSE_ZERO_POINTS or f != "uint4"] for g in groups}
+
+    def best(moves):
+        return min(moves, default=None, key=lambda m: (m[0], m[1].name, m[2]))
+
+    while used > room:
+        moves = [((g.mse[f] - g.mse[choice[g.name]]) / (g.bytes[choice[g.name]] - g.bytes[f]), g, f)
+                 for g in groups for f in forms[g.name] if g.bytes[f] < g.bytes[choice[g.name]]]  # fmt: skip
+        _, g, f = best(moves)
+        used += g.bytes[f] - g.bytes[choice[g.name]]
+        choice[g.name] = f
+    while True:
+        moves = [(-(g.mse[choice[g.name]] - g.mse[f]) / (g.bytes[f] - g.bytes[choice[g.name]]), g, f)
+                 for g in groups for f in forms[g.name]
+                 if g.bytes[f] > g.bytes[choice[g.name]] and g.mse[f] < g.mse[choice[g.name]]
+                 and used + g.bytes[f] - g.bytes[choice[g.name]] <= room]  # fmt: skip
+        move = best(moves)
+        if move is None:
+            return choice
+        _, g, f = move
+        used += g.bytes[f] - g.bytes[choice[g.name]]
+        choice[g.name] = f

@@ -1,0 +1,80 @@
+"""The `verify` function: K draft tokens in, the logits of every one of them out.
+
+Speculative decoding (ssmport.runtime.speculative) checks K drafted tokens with one call of
+the target instead of K. A bundle exported with `--verify K` carries, beside `main` and
+`prefill` (same weights, same states), the function
+
+    verify(input_ids int32 [1,K], position_ids int32 [1,K], valid_len int32 [1]) -> logits [1,K,V]
+
+which is the prefill graph over K rows with the head on every row: row t's logits are those
+after token t; rows >= valid_len are padding and never reach a state; each state is written
+once per call, a kv state's rows at their positions.
+
+Rollback. After a call every state holds all valid_len tokens. When the target rejects a
+draft, the runner rewinds to a copy of the *fixed* states taken before the call (O(state),
+never O(context)) and the accepted tokens ride along at the head of the next verify call, so
+a rejection costs no extra call. A kv state is not copied: the rejected rows sit at positions
+past the accepted ones, which the next call writes before any attention reads them.
+Why this form and not per-position states as outputs: docs/speculative.md (measured).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from ssmport.bundle import Bundle
+
+VERIFY_FUNCTION = "verify"
+# The most drafts one call may check: acceptance falls off long before (each draft must hold
+# for the next to count), and the call's cost grows with its rows.
+MAX_VERIFY = 64
+
+
+def check_verify(k: int | None) -> None:
+    """Refuse a verify width outside [2, MAX_VERIFY] (None: no verify function)."""
+    from ssmport.errors import SsmportError
+
+    if k is not None and not 2 <= k <= MAX_VERIFY:
+        raise SsmportError(f"--verify must be between 2 and {MAX_VERIFY} tokens (got {k:,}), or left out")
+
+
+def build_verify(decode: nn.Module, k: int) -> nn.Module | None:
+    """The verify module over the decode module's own blocks (shared weights), or None for an
+    architecture whose decode module is not the generic graph."""
+    from ssmport.graph import CausalLM
+
+    if not isinstance(decode, CausalLM):
+        return None
+    return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=k, all_logits=True)
+
+
+def check_against_main(bundle: Bundle) -> float:
+    """The export's check of `verify`: its logits for K tokens against `main`'s, fed one by one,
+    within the recipe's gate bound (relative to the logit scale); the relative delta. One line
+    (and no bundle) when over it."""
+    import numpy as np
+
+    from ssmport.errors import SsmportError
+    from ssmport.parity import default_prompts
+    from ssmport.quant import get_recipe
+    from ssmport.quant.recipes import gate_thresholds
+    from ssmport.runtime.runner import Runner
+
+    m = bundle.manifest
+    bound = gate_thresholds(get_recipe(m.recipe.name), m.recipe.state_dtype, m.main.outputs[0].dtype).max_rel_logit_delta
+    with Runner(bundle, prefill=False) as runner:
+        tokens = default_prompts(m.vocab_size, 1, runner.verify_rows)[0][: runner.verify_rows]
+        want = runner.step_each(tokens).astype(np.float64)
+        runner.reset()
+        got = runner.verify(tokens).astype(np.float64)
+    rel = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
+    if not rel <= bound:
+        raise SsmportError(f"the verify function's logits differ from main's by {rel:.2e} of the logit scale (the "
+                           f"{m.recipe.name} gate allows {bound:.2g}); export without --verify")  # fmt: skip
+    return rel
+
+
+__all__ = ["MAX_VERIFY", "VERIFY_FUNCTION", "build_verify", "check_against_main", "check_verify"]

@@ -1,0 +1,84 @@
+"""`--quant auto --size-budget SIZE` on trained weights (the shipped rwkv7-pydoc): the bundle fits
+its budget (the asset's bytes on disk), its plan is what auto counted and chose, it passes its
+gate, and `inspect` shows the sensitivity table; a budget below the smallest bundle, a bad SIZE
+and a budget without auto are one line each. The greedy choice is checked on hand-made groups."""
+
+from __future__ import annotations
+
+import pytest
+
+from ssmport.bundle import Bundle
+from ssmport.cli.main import main
+from ssmport.quant.auto import FORMS, _choose, _Group
+from ssmport.quant.budget import parse_size
+
+BUDGET = "3.5MB"  # between int4keepproj's plan (2.95 MB) and int8keepproj's (5.28 MB)
+
+
+@pytest.fixture(scope="module")
+def auto_bundle(bundles, export_fn):
+    return export_fn("rwkv7-pydoc", bundles / "auto", quant="auto", size_budget=BUDGET, prefill_chunk=None)
+
+
+def test_auto_fits_its_budget_and_passes_its_gate(auto_bundle):
+    m = Bundle.open(auto_bundle.path).manifest
+    auto, budget = m.plan["auto"], parse_size(BUDGET)
+    assert m.recipe.name == "auto" and auto["budget_bytes"] == budget
+    assert m.asset.bytes <= budget  # the asset as written, graph included
+    assert m.plan["summary"]["total"] == auto["plan_bytes"] <= budget - auto["reserved_for_graph_bytes"]
+    assert m.gate.passed
+    # every candidate measured at every form; the plan stores each as the table chose
+    rows = {g["group"]: g for g in auto["sensitivity"]}
+    assert auto["granularity"] == "tensor" and all(set(g["mse"]) == set(FORMS) for g in rows.values())
+    integer = [e for e in m.plan_tensors if e["block"]]
+    assert integer and all(rows[e["name"]]["chosen"] == e["dtype"] for e in integer)
+    # the budget lies below every-matmul-int8: auto had to lower some tensors to 4 bits
+    assert {"int8", "int4"} <= set(m.plan["summary"]["by_dtype"])
+
+
+def test_inspect_shows_the_choice_and_the_sensitivity_table(auto_bundle, capsys):
+    assert main(["inspect", str(auto_bundle.path)]) == 0
+    out = capsys.readouterr().out
+    assert "auto: budget 3.5 MB" in out and "chosen per tensor" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith("head.weight"))
+    assert len(row.split()) == 3 + 1 + len(FORMS)  # name, choice, bytes (value unit), one mse per form
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--quant", "auto", "--size-budget", "1MB"], "below the smallest rwkv7-pydoc bundle auto can make: 2,"),
+    (["--quant", "auto", "--size-budget", "3.5XB"], "--size-budget '3.5XB' is not a size"),
+    (["--quant", "auto"], "--quant auto needs --size-budget SIZE"),
+    (["--quant", "int8keepproj", "--size-budget", "3MB"], "--size-budget applies to --quant auto only"),
+])  # fmt: skip
+def test_budget_errors_are_one_line(tmp_path, capsys, argv, says):
+    assert main(["export", "rwkv7-pydoc", "-o", str(tmp_path), "-q", *argv]) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and says in err, err
+    assert not any(tmp_path.iterdir())  # no partial bundle
+
+
+def test_list_recipes_shows_auto_with_its_gate(capsys):
+    assert main(["list", "--recipes"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("auto "))
+    assert "--size-budget" in lines[i] and "max |Δlogits| <= 0.3 x logit scale" in lines[i + 1]
+
+
+def _group(name: str, mse: dict[str, float], n: int = 1024) -> _Group:
+    g = _Group(name, "ffn", [], ("float16", "int8", "uint4", "int4"))
+    g.bytes = {"float16": 2 * n, "int8": n + n // 16, "uint4": n // 2 + n // 16 + n // 64, "int4": n // 2 + n // 16}
+    g.mse = mse
+    return g
+
+
+def test_choice_lowers_the_cheapest_error_per_byte_first_and_fits():
+    robust = _group("a", {"float16": 0.0, "int8": 1e-6, "uint4": 1e-4, "int4": 2e-4})
+    fragile = _group("b", {"float16": 0.0, "int8": 1e-3, "uint4": 1e-1, "int4": 2e-1})
+    groups = [fragile, robust]
+    full = sum(g.bytes["float16"] for g in groups)
+    assert _choose(groups, full) == {"a": "float16", "b": "float16"}  # room for everything: nothing lowered
+    room = robust.bytes["int4"] + fragile.bytes["int8"]
+    assert _choose(groups, room) == {"a": "int4", "b": "int8"}  # the robust one goes to 4 bits
+    assert _choose(groups, room) == _choose(list(reversed(groups)), room)  # order does not matter
+    tight = sum(g.bytes["int4"] for g in groups)
+    assert _choose(groups, tight) == {"a": "int4", "b": "int4"}  # zero points measured, not chosen
