@@ -2,6 +2,7 @@
 the context allocated? (issue 32, part 0)
 
     python benchmarks/context_cost.py out/lfm2-c512 out/lfm2-c4096 --held 100 --steps 16
+    python benchmarks/context_cost.py --export granite-4.0-h-350m --work /tmp/ctx   # exports, then measures
 
 For each bundle: feed `--held` tokens (through prefill when the bundle has it), then time
 `--steps` decode calls (median ms/token; the history grows from held to held+steps), count
@@ -51,14 +52,32 @@ def measure(path: str, held: int, steps: int, warmup: int = 3) -> dict:
             "kv_bytes_read_per_token": m.kv_bytes_per_token * (positions or 0)}  # fmt: skip
 
 
+def export_variants(spec: str, work: str, contexts: list[int], layouts: list[str]) -> list[str]:
+    """A preset's synthetic fp32 decode-only bundles (PRESET:N: its first N layers), one per
+    (layout, context); no gate (the parity tests cover these graphs)."""
+    from hybrid_speed import synthetic_model
+
+    from ssmport.exporter import export
+
+    model = synthetic_model(spec)
+    return [str(export(model, work, quant="fp32", gate=False, progress=False, prefill_chunk=None, layout=layout,
+                       context=context, name=f"{spec.replace(':', '-')}-{layout}-c{context}", overwrite=True).path)
+            for layout in layouts for context in contexts]  # fmt: skip
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("bundles", nargs="+")
+    p.add_argument("bundles", nargs="*")
+    p.add_argument("--export", metavar="PRESET[:N]", help="export the variants first (synthetic fp32)")
+    p.add_argument("--work", default="out", help="where --export writes its bundles")
+    p.add_argument("--contexts", type=int, nargs="+", default=[512, 4096])
+    p.add_argument("--layouts", nargs="+", default=["ssmport", "apple"])
     p.add_argument("--held", type=int, default=100)
     p.add_argument("--steps", type=int, default=16)
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
-    rows = [measure(b, a.held, a.steps) for b in a.bundles]
+    bundles = a.bundles + (export_variants(a.export, a.work, a.contexts, a.layouts) if a.export else [])
+    rows = [measure(b, a.held, a.steps) for b in bundles]
     if a.json:
         print(json.dumps(rows, indent=2))
         return

@@ -10,6 +10,8 @@ restored across them), and the context still bounds memory and is refused past.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from prefill_checks import prompt
@@ -19,6 +21,7 @@ from ssmport.errors import SsmportError
 from ssmport.runtime import Runner
 from ssmport.runtime.kv_growth import positions_for
 from ssmport.runtime.op_count import OpLog, summarize
+from ssmport.sources import load_model
 
 HELD = 100  # tokens of history when the decode call is counted (the figure)
 CONTEXTS = (512, 4096)
@@ -100,3 +103,25 @@ def test_the_context_bounds_the_allocation_and_is_refused_past(bundles):
         assert runner.kv_positions == 512
         with pytest.raises(SsmportError, match="context is full"):
             runner.feed(prompt(13, runner.vocab_size))
+
+
+OTHER_HYBRIDS = ("qwen3.5-tiny", "granite-hybrid-tiny", "nemotron-h-tiny")  # the same growing states
+
+
+@pytest.fixture(scope="module", params=OTHER_HYBRIDS)
+def decode_only_bundles(request, tmp_path_factory):
+    out = tmp_path_factory.mktemp(request.param)
+    model = load_model(request.param, synthetic=True)  # the tiny presets were trained for 256 positions
+    model = dataclasses.replace(model, config=dataclasses.replace(model.config, max_position_embeddings=max(CONTEXTS)))
+    return {(layout, context): export(model, out, quant="fp32", gate=False, progress=False, layout=layout,
+                                      context=context, prefill_chunk=None, name=f"{layout}-{context}").path
+            for layout in LAYOUTS for context in CONTEXTS}  # fmt: skip
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_other_hybrids_decode_work_does_not_grow_with_the_allocation(decode_only_bundles, layout):
+    (small_ops, small_logits, small_kv), (big_ops, big_logits, big_kv) = (
+        decode_at(decode_only_bundles[layout, context], HELD) for context in CONTEXTS)  # fmt: skip
+    assert small_kv == big_kv == 256
+    assert small_ops.ops == big_ops.ops and small_ops.by_type == big_ops.by_type
+    np.testing.assert_array_equal(small_logits, big_logits)
