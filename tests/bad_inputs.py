@@ -585,6 +585,10 @@ for vid, value, message in (("0", "0", "--verify must be between 2 and 64 tokens
                              ("float", "2.5", "argument --verify: invalid int value: '2.5'"),
                              ("text", "eight", "argument --verify: invalid int value: 'eight'")):  # fmt: skip
     case(f"verify-{vid}", "export", f"--verify {value}", lambda e, value=value: ["export", e.pth, f"--verify={value}", *_out(e)], message)
+for lid, layout in (("", "ssmport"), ("-apple", "apple")):
+    case(f"verify-beyond-context{lid}", "export", f"--verify larger than the KV cache's --context (--layout {layout})",
+         lambda e, layout=layout: ["export", "qwen3.5-tiny", "--synthetic", "--layout", layout, "--context", "16", "--verify", "32", *_out(e)],
+         "--verify 32: the KV cache holds 16 positions (--context)")  # fmt: skip
 case("quant-auto-without-budget", "export", "--quant auto without --size-budget",
      lambda e: ["export", e.pth, "--quant", "auto", *_out(e)], "--quant auto needs --size-budget SIZE")  # fmt: skip
 case("size-budget-without-auto", "export", "--size-budget without --quant auto",
