@@ -6,8 +6,9 @@ drawn from, or none when the drafter is deterministic (q one-hot on the proposed
 is what the rejection scheme needs to keep the target's distribution.
 
 - `LookupDrafter` (prompt lookup): the tokens that followed the most recent earlier occurrence
-  of the context's last n tokens (n from `longest` down to `shortest`). No model: strong
-  where text repeats itself (code, documents, chat that quotes itself).
+  of the context's last n tokens (n from `longest` down to `shortest`), else the context's most
+  frequent token. No model: strong where text repeats itself (code, documents, chat that
+  quotes itself).
 - `BundleDrafter`: a smaller bundle with the same tokenizer, decoding k tokens on its own
   runner, rewound to the accepted context each round (its fixed states only: `Runner.mark`).
 """
@@ -44,7 +45,8 @@ class Drafter(Protocol):
 
 
 class LookupDrafter:
-    """Prompt lookup: n-gram drafts from the context itself (deterministic)."""
+    """Prompt lookup: n-gram drafts from the context itself (deterministic), backing off to the
+    context's most frequent token when no suffix of it recurs."""
 
     def __init__(self, longest: int = LOOKUP_LONGEST, shortest: int = LOOKUP_SHORTEST):
         self.longest, self.shortest = longest, shortest
@@ -63,7 +65,13 @@ class LookupDrafter:
                 full = hits[hits + n + k <= len(ctx)]
                 start = int(full[-1] if len(full) else hits[0]) + n
                 return Draft([int(t) for t in ctx[start : start + k]])
-        return Draft([])
+        if k <= 0 or not len(ctx):
+            return Draft([])
+        # No suffix recurs (the last token is new here): back off to order 0, the context's most
+        # frequent token (ties: the most recent), which any continuation is likeliest to hold.
+        counts = np.bincount(ctx)
+        common = np.flatnonzero(counts == counts.max())
+        return Draft([int(ctx[np.flatnonzero(np.isin(ctx, common))[-1]])])
 
 
 class BundleDrafter:

@@ -288,6 +288,7 @@ def convert(
     stages = stages or Stages(enabled=False)
     arch, cfg = model.architecture, model.config
     specs = arch.state_specs(cfg, state_dtype)
+    _check_verify_fits(verify, specs)
     total = sum(math.prod(model.weights.shape(n)) for n in model.weights)
     with stages.stage("Building weights", total=total), _releasing_pages(model.weights, builder):
         with torch.no_grad():
@@ -348,6 +349,15 @@ def convert(
     verify_sig = signatures.get(VERIFY_FUNCTION)
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout, verify_sig,
                      verify if verify_sig is not None else None)  # fmt: skip
+
+
+def _check_verify_fits(k: int | None, specs) -> None:
+    """A verify call writes its K rows into the KV cache: K beyond the cache's positions could
+    never be fed (and the apple layout's function would take fewer rows than the manifest says)."""
+    context = min((s.context for s in specs if s.context is not None), default=None)
+    if k is not None and context is not None and k > context:
+        raise SsmportError(f"--verify {k}: the KV cache holds {context} positions (--context), fewer than one "
+                           "verify call's tokens; give a smaller --verify or a larger --context")  # fmt: skip
 
 
 def _verify_module(arch, decode: torch.nn.Module, k: int) -> torch.nn.Module:

@@ -43,6 +43,7 @@ class Env:
     snapshot: Path  # a state snapshot of `tok`
     moe: Path  # a transformers LFM2-MoE folder
     rwkv6_pth: Path  # a BlinkDL RWKV-6 (x060) .pth
+    spec: Path  # `tok`'s source exported with --verify 4 (speculative decoding); `tok` can draft for it
     setup_done: list = field(default_factory=list)  # undo callbacks (chattr -i, locks)
 
     def path(self, name: str) -> Path:
@@ -577,6 +578,27 @@ case("vocab-too-big", "export", "--vocab with ids beyond the embedding",
      lambda e: ["export", e.pth, "--vocab", e.write("v.txt", "1 'a' 1\n500 'b' 1\n"), *_out(e)], "beyond the model's 320-row embedding")  # fmt: skip
 case("vocab-non-utf8", "export", "--vocab with bytes that are not UTF-8",
      lambda e: ["export", e.pth, "--vocab", e.write("v.txt", b"1 'a' 1\n2 '\xff' 1\n"), *_out(e)], "line is not valid UTF-8")  # fmt: skip
+for vid, value, message in (("0", "0", "--verify must be between 2 and 64 tokens (got 0)"),
+                             ("1", "1", "--verify must be between 2 and 64 tokens (got 1)"),
+                             ("negative", "-4", "--verify must be between 2 and 64 tokens (got -4)"),
+                             ("huge", str(10**9), "--verify must be between 2 and 64 tokens (got 1,000,000,000)"),
+                             ("float", "2.5", "argument --verify: invalid int value: '2.5'"),
+                             ("text", "eight", "argument --verify: invalid int value: 'eight'")):  # fmt: skip
+    case(f"verify-{vid}", "export", f"--verify {value}", lambda e, value=value: ["export", e.pth, f"--verify={value}", *_out(e)], message)
+for lid, layout in (("", "ssmport"), ("-apple", "apple")):
+    case(f"verify-beyond-context{lid}", "export", f"--verify larger than the KV cache's --context (--layout {layout})",
+         lambda e, layout=layout: ["export", "qwen3.5-tiny", "--synthetic", "--layout", layout, "--context", "16", "--verify", "32", *_out(e)],
+         "--verify 32: the KV cache holds 16 positions (--context)")  # fmt: skip
+case("quant-auto-without-budget", "export", "--quant auto without --size-budget",
+     lambda e: ["export", e.pth, "--quant", "auto", *_out(e)], "--quant auto needs --size-budget SIZE")  # fmt: skip
+case("size-budget-without-auto", "export", "--size-budget without --quant auto",
+     lambda e: ["export", e.pth, "--quant", "int8", "--size-budget", "1MB", *_out(e)], "--size-budget applies to --quant auto only")  # fmt: skip
+for bid, value, message in (("0", "0", "--size-budget '0' is not a size"), ("negative", "-1MB", "--size-budget '-1MB' is not a size"),
+                            ("garbage", "lots", "--size-budget 'lots' is not a size"),
+                            ("unit", "3TB", "--size-budget '3TB' is not a size"),
+                            ("too-small", "1KB", "--size-budget 1,024 bytes is below the smallest")):  # fmt: skip
+    case(f"size-budget-{bid}", "export", f"--quant auto --size-budget {value}",
+         lambda e, value=value: ["export", e.pth, "--quant", "auto", f"--size-budget={value}", *_out(e)], message)  # fmt: skip
 
 # === export: where the bundle goes ==========================================================
 case("out-exists", "export", "the bundle exists already",
@@ -852,6 +874,29 @@ case("generate-tokenizer-garbled", "generate", "a bundle whose tokenizer file is
      "vocab.tsv:1: expected")  # fmt: skip
 case("generate-missing-bundle", "generate", "a bundle that does not exist", lambda e: ["generate", e.path("none"), "--tokens", "1"], "not a bundle directory")
 case("generate-max-tokens-text", "generate", "-n that is not a number", lambda e: ["generate", e.tok, "--tokens", "1", "-n", "lots"], "invalid int value")
+_GEN = lambda e, *extra: ["generate", e.spec, "--tokens", "1,2", *extra]  # noqa: E731
+case("generate-draft-unknown", "generate", "an unknown --draft (neither a drafter nor a bundle)",
+     lambda e: _GEN(e, "--draft", e.path("lokup")), "not 'lookup' and no such bundle")  # fmt: skip
+case("generate-draft-mtp", "generate", "--draft mtp (not built)", lambda e: _GEN(e, "--draft", "mtp"), "--draft mtp: drafting with Qwen3.5's")
+case("generate-draft-not-a-bundle", "generate", "--draft a folder that is not a bundle",
+     lambda e: _GEN(e, "--draft", e.write("d/x", "x").parent), "not an ssmport bundle (no manifest.json)")  # fmt: skip
+case("generate-draft-damaged", "generate", "--draft a bundle whose manifest is not JSON",
+     lambda e: _GEN(e, "--draft", (lambda b: (b / "manifest.json").write_text("[") and b)(e.bundle())), "unreadable manifest")  # fmt: skip
+case("generate-draft-other-tokenizer", "generate", "--draft a bundle with another tokenizer (not a draft for this target)",
+     lambda e: _GEN(e, "--draft", e.plain), "its tokenizer differs from the target's")  # fmt: skip
+case("generate-draft-target-without-verify", "generate", "--draft for a bundle exported without --verify",
+     lambda e: ["generate", e.tok, "--tokens", "1,2", "--draft", "lookup"], "has no verify function, which speculative decoding needs")  # fmt: skip
+case("generate-draft-bundle-target-without-verify", "generate", "--draft BUNDLE for a bundle exported without --verify",
+     lambda e: ["generate", e.tok, "--tokens", "1,2", "--draft", e.spec], "has no verify function")  # fmt: skip
+for did, value, message in (("0", "0", "--draft-tokens 0: this bundle's verify function checks 2 to 4 tokens a call"),
+                            ("1", "1", "--draft-tokens 1: this bundle's verify function checks 2 to 4"),
+                            ("negative", "-2", "--draft-tokens -2: this bundle's verify function checks 2 to 4"),
+                            ("too-many", "5", "--draft-tokens 5: this bundle's verify function checks 2 to 4"),
+                            ("text", "two", "argument --draft-tokens: invalid int value: 'two'")):  # fmt: skip
+    case(f"generate-draft-tokens-{did}", "generate", f"--draft-tokens {value}",
+         lambda e, value=value: _GEN(e, "--draft", "lookup", f"--draft-tokens={value}"), message)  # fmt: skip
+case("generate-draft-tokens-without-draft", "generate", "--draft-tokens without --draft",
+     lambda e: _GEN(e, "--draft-tokens", "2"), "--draft-tokens applies with --draft only")  # fmt: skip
 
 # === logits =================================================================================
 _T = lambda e: e.write("t.txt", "1 2 3")  # noqa: E731
@@ -919,6 +964,12 @@ case("chat-script-non-utf8", "chat", "--script with bytes that are not UTF-8",
      lambda e: ["chat", e.tok, "--script", e.write("s.txt", b"hello \xff\xfe there\n")], "not valid UTF-8 text (byte 6)")  # fmt: skip
 case("chat-stdin-non-utf8", "chat", "typed input (stdin) with bytes that are not UTF-8", lambda e: ["chat", e.tok],
      "standard input: not valid UTF-8 text", stdin=b"hi \xff there\n")  # fmt: skip
+case("chat-draft-unknown", "chat", "an unknown --draft", lambda e: ["chat", e.spec, "--script", _SCRIPT(e), "--draft", e.path("lokup")],
+     "not 'lookup' and no such bundle")  # fmt: skip
+case("chat-draft-target-without-verify", "chat", "--draft for a bundle exported without --verify",
+     lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--draft", "lookup"], "has no verify function")  # fmt: skip
+case("chat-draft-tokens-0", "chat", "--draft-tokens 0", lambda e: ["chat", e.spec, "--script", _SCRIPT(e), "--draft", "lookup", "--draft-tokens", "0"],
+     "--draft-tokens 0: this bundle's verify function checks 2 to 4")  # fmt: skip
 case("chat-no-tokenizer", "chat", "a bundle without a tokenizer", lambda e: ["chat", e.plain, "--script", _SCRIPT(e)], "has no tokenizer, so it cannot chat in text")
 case("chat-state-missing", "chat", "--state that does not exist", lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--state", e.path("s.st")],
      "cannot read (No such file or directory)")  # fmt: skip

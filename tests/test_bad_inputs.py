@@ -62,6 +62,8 @@ def shared(tmp_path_factory, blinkdl_pth, pth_fp32_bundle):
     config, tensors = fla_from_blinkdl(torch.load(blinkdl_pth, weights_only=True), Dims())
     fla = write_hf_folder(root / "fla", config, tensors, shards=2)
     tok = export(str(rwkv_pth), root / "bundles", quant="fp32", gate_steps=4, progress=False, prefill_chunk=8).path
+    spec = export(str(rwkv_pth), root / "bundles", quant="fp32", gate=False, progress=False, prefill_chunk=8, verify=4,
+                  name="spec").path  # fmt: skip
     snapshot = root / "tok.state"
     with Runner(tok) as runner:
         runner.feed([1, 2, 3])
@@ -72,7 +74,7 @@ def shared(tmp_path_factory, blinkdl_pth, pth_fp32_bundle):
         "small_pth": write_pth(root / "small.pth", blinkdl_state_dict(Dims(width=64, head=32, ffn=128), seed=7)),
         "m2": write_transformers_folder(root / "m2", Geometry(), seed=1, tied=False),
         "gdn": write_gdn_folder(root / "gdn", GDNDims(), seed=1), "snapshot": snapshot,
-        "moe": write_lfm2_moe(root / "moe", seed=1),
+        "moe": write_lfm2_moe(root / "moe", seed=1), "spec": spec,
         "rwkv6_pth": write_rwkv6_pth(root / "x060.pth", rwkv6_state_dict(RWKV6Dims(), seed=1)), "_roots": [root, pth_fp32_bundle.path, blinkdl_pth],
     }  # fmt: skip
 

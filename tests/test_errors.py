@@ -202,6 +202,56 @@ def test_disk_full_during_export(tmp_path, capsys, monkeypatch):
     assert not out.exists()
 
 
+
+def _fail_half_way(monkeypatch, where: str) -> None:
+    """Fault injection at the asset's own writes: the bytecode (coreai's serializer, the native
+    write under `_save_asset`) or the hash file after it stops half-way with ENOSPC, as a disk
+    filled by another process after the free-space check would make them."""
+    import coreai.authoring.asset as asset_writer
+
+    def half_then_enospc(path: Path, data: bytes):
+        with open(path, "wb") as f:
+            f.write(data[: len(data) // 2])
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    if where == "bytecode":
+        real = asset_writer.serialize_module_to_bytecode
+
+        def serialize(*, package_path, **kw):
+            real(package_path=package_path, **kw)
+            half_then_enospc(Path(package_path), Path(package_path).read_bytes())
+
+        monkeypatch.setattr(asset_writer, "serialize_module_to_bytecode", serialize)
+    else:
+        write_bytes = Path.write_bytes
+
+        def hash_write(self, data):
+            if self.suffix == ".hash":
+                half_then_enospc(self, data)
+            return write_bytes(self, data)
+
+        monkeypatch.setattr(Path, "write_bytes", hash_write)
+
+
+@pytest.mark.parametrize("where", ["bytecode", "hash"])
+@pytest.mark.parametrize("overwrite", [False, True], ids=["new", "overwrite"])
+def test_disk_full_while_the_asset_is_written(pth_fp32_bundle, tmp_path, capsys, monkeypatch, where, overwrite):
+    """ENOSPC in the middle of the asset: one line, exit 2, no partial bundle, no staging
+    folder or lock left, and a bundle being overwritten is left as it was."""
+    out = tmp_path / "out"
+    if overwrite:
+        shutil.copytree(pth_fp32_bundle.path, out / "b")
+    before = tree(tmp_path)
+    _fail_half_way(monkeypatch, where)
+    code, out_text, err = run_cli(capsys, "export", "rwkv7-tiny", "--synthetic", "--quant", "fp32", "-o", out, "--name", "b",
+                                  "-q", "--no-gate", *(["--overwrite"] if overwrite else []))  # fmt: skip
+    assert_one_line(code, out_text, err, "No space left on device")
+    if overwrite:
+        assert tree(tmp_path) == before  # the old bundle, byte for byte; nothing beside it
+        assert sorted(p.name for p in out.iterdir()) == ["b"]
+    else:
+        assert not out.exists()
+
 # --- outputs that are not plain files ------------------------------------------------------
 def test_outputs_stream_to_devices_never_replace_them(pth_fp32_bundle, tmp_path, capsys):
     """`--out /dev/null` as root: renamed over, the machine's /dev/null would have become a

@@ -2,7 +2,8 @@
 
 - Greedy: id for id the ids of plain decoding (`Runner.generate`), with a scripted drafter
   that is wrong at every draft position in turn (and fully right in between), and with prompt
-  lookup; on a pure-recurrent bundle, a hybrid with a KV cache, and the apple layout.
+  lookup; on a pure-recurrent bundle, a hybrid with a KV cache, and both in the apple layout
+  (whose KV cache grows: a dynamic position axis).
 - The states after every accepted prefix equal the M=1 loop's over the same tokens.
 - Sampling: the joint distribution of the first tokens equals the target's (chi-square on a
   small Markov target, with a negative control showing the test sees a biased scheme).
@@ -36,6 +37,8 @@ def spec_bundles(world_bundle, blinkdl_pth, bundles, export_fn):
                              prefill_chunk=None, context=96, name="spec-qwen35"),
         "rwkv7-apple": export_fn(blinkdl_pth, bundles, quant="fp32", gate=False, verify=K, layout="apple",
                                  prefill_chunk=None, name="spec-rwkv7-apple"),
+        "qwen3.5-apple": export_fn("qwen3.5-tiny", bundles, synthetic=True, quant="fp32", gate=False, verify=K,
+                                   layout="apple", prefill_chunk=None, context=96, name="spec-qwen35-apple"),
     }  # fmt: skip
     return {key: r.path for key, r in made.items()}
 
@@ -88,7 +91,7 @@ def m1_states(path, tokens: list[int]) -> list[dict]:
     return states
 
 
-@pytest.mark.parametrize("kind", ["rwkv7", "qwen3.5", "rwkv7-apple"])
+@pytest.mark.parametrize("kind", ["rwkv7", "qwen3.5", "rwkv7-apple", "qwen3.5-apple"])
 def test_greedy_is_plain_decoding_with_rejections_everywhere(spec_bundles, kind):
     from ssmport.runtime import Runner
 
@@ -346,15 +349,9 @@ def pydoc_runs(bundles, export_fn):
         return plain_ids, plain.stats, list(drafted.generate(prompt, PYDOC_NEW)), drafted.stats
 
 
-def test_pydoc_lookup_same_ids_fewer_target_calls(pydoc_runs):
+def test_pydoc_lookup_meets_the_issue_figure(pydoc_runs):
+    """Issue 31's figure: <= 0.7x plain decoding's target calls, the same ids (measured: 66 of
+    96 with K = 16; 68 before the order-0 back-off, docs/speculative.md)."""
     plain_ids, plain, ids, drafted = pydoc_runs
     assert ids == plain_ids and plain.target_calls == PYDOC_NEW
-    assert drafted.target_calls <= 0.75 * plain.target_calls  # measured 68 of 96 (docs/speculative.md)
-
-
-@pytest.mark.xfail(strict=True, reason="issue 31's figure, not met: 68 of 96 calls (0.708); the model's greedy "
-                   "continuation does not quote the prompt, and only 27-28 of its 96 bytes follow any n-gram "
-                   "of the context (docs/speculative.md)")  # fmt: skip
-def test_pydoc_lookup_meets_the_issue_figure(pydoc_runs):
-    _, plain, _, drafted = pydoc_runs
     assert drafted.target_calls <= 0.7 * plain.target_calls
