@@ -28,6 +28,7 @@ from ssmport.sampling import sampling_probs
 LOOKUP = "lookup"  # `--draft lookup`
 MTP = "mtp"  # Qwen3.5's multi-token-prediction head: not built (refused in one line)
 LOOKUP_LONGEST, LOOKUP_SHORTEST = 4, 1  # n-gram lengths tried, longest first
+BACKOFF_BREAK_EVEN = 1 / 3  # acceptance at which a one-token verify round costs what it saves
 # A draft model catches up with fewer tokens one by one through `main` than a padded prefill chunk costs.
 STEP_CATCH_UP = 4
 
@@ -50,10 +51,13 @@ class LookupDrafter:
 
     def __init__(self, longest: int = LOOKUP_LONGEST, shortest: int = LOOKUP_SHORTEST):
         self.longest, self.shortest = longest, shortest
+        self.backoff_hits = self.backoff_tries = 0
+        self._pending: tuple[int, int] | None = None  # (position, token) of the last back-off draft
 
     def propose(self, context: Sequence[int], k: int, temperature: float = 0.0, top_p: float = 1.0,
                 rng: np.random.Generator | None = None) -> Draft:  # fmt: skip
         ctx = np.asarray(context, dtype=np.int64)
+        self._score_backoff(ctx)
         for n in range(min(self.longest, len(ctx) - 1), self.shortest - 1, -1):
             tail = ctx[-n:]
             # every start s < len - n whose n tokens equal the tail; the most recent wins
@@ -65,13 +69,32 @@ class LookupDrafter:
                 full = hits[hits + n + k <= len(ctx)]
                 start = int(full[-1] if len(full) else hits[0]) + n
                 return Draft([int(t) for t in ctx[start : start + k]])
-        if k <= 0 or not len(ctx):
+        if k <= 0 or not len(ctx) or not self._backoff_pays():
             return Draft([])
         # No suffix recurs (the last token is new here): back off to order 0, the context's most
         # frequent token (ties: the most recent), which any continuation is likeliest to hold.
         counts = np.bincount(ctx)
         common = np.flatnonzero(counts == counts.max())
-        return Draft([int(ctx[np.flatnonzero(np.isin(ctx, common))[-1]])])
+        token = int(ctx[np.flatnonzero(np.isin(ctx, common))[-1]])
+        self._pending = (len(ctx), token)
+        return Draft([token])
+
+    def _score_backoff(self, ctx: np.ndarray) -> None:
+        """Whether the last back-off draft held: the context now reaches past its position (a
+        context that does not was reset or rewound: the draft is forgotten)."""
+        if self._pending is not None:
+            position, token = self._pending
+            self._pending = None
+            if len(ctx) > position:
+                self.backoff_tries += 1
+                self.backoff_hits += int(ctx[position] == token)
+
+    def _backoff_pays(self) -> bool:
+        """A one-token draft turns a `main` call into a `verify` call, which dispatches 1.3-1.45x
+        the kernels (benchmarks/README.md, "Speculative decoding") and yields 1 + p tokens: it
+        pays while p, the back-off's acceptance (Laplace estimate), is at least BACKOFF_BREAK_EVEN.
+        Text that never repeats stops paying for it after two misses."""
+        return (self.backoff_hits + 1) / (self.backoff_tries + 2) >= BACKOFF_BREAK_EVEN
 
 
 class BundleDrafter:
