@@ -15,7 +15,9 @@ logit scale (the gate's measure) and top-1 agreement for:
                                  weights still from its own scores): the part routing flips carry
 
 and, at the first step, each layer's update |out - in| / |in| and int4keepproj's relative error
-on the residual after it. `--weights`: the per-weight int4 error |deq(q(W)) - W| / |W| of the
+on the residual after it; and both recipes with the token embedding table x4 and x12 (the
+residual larger against the same layer updates, as Granite's embedding multiplier makes it).
+`--weights`: the per-weight int4 error |deq(q(W)) - W| / |W| of the
 fixture's matmuls next to the trained rwkv7-pydoc's, and rwkv7-pydoc's int8keepproj and
 int4keepproj errors on 48 held-out bytes, trained and with its matmul weights shuffled.
 
@@ -42,6 +44,7 @@ sys.path.insert(0, str(HERE))
 
 from accumulation import accumulate_in_fp32, held_out_tokens, write_json  # noqa: E402
 import ssmport.models.moe as moe  # noqa: E402
+from ssmport.checkpoint import DictSource  # noqa: E402
 from ssmport.parity import default_prompts  # noqa: E402
 from ssmport.quant import get_recipe  # noqa: E402
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise  # noqa: E402
@@ -133,6 +136,24 @@ def residual_trace(model, tokens: list[int]) -> list[dict]:
              "rel_err": round(float((q - r).norm() / r.norm()), 3)} for (x, r), (_, q) in zip(*found)]  # fmt: skip
 
 
+def embedding_scaled(model, tokens: list[int], factors=(4, 12)) -> dict:
+    """int8keepproj and int4keepproj on the fixture with its token embedding table x k: the
+    residual k times larger against the same-sized layer updates (what Granite's
+    embedding_multiplier does), the rest unchanged. A tied head scales the logits by k too,
+    which the relative measure does not see."""
+    found = {}
+    for k in factors:
+        weights = DictSource({n: model.weights[n] * k if "emb" in n and "norm" not in n else model.weights[n]
+                              for n in model.weights.keys()})  # fmt: skip
+        scaled = dataclasses.replace(model, weights=weights)
+        ref = teacher_forced(TorchRunner(scaled, "fp32"), tokens)
+        for recipe in ("int8keepproj", "int4keepproj"):
+            got, _ = run_recipe(scaled, get_recipe(recipe), tokens)
+            found[f"embedding x{k} {recipe}"] = {"max_rel": round(float(np.abs(got - ref).max() / max(1.0, np.abs(ref).max())), 4),
+                                                 "top1": int((got.argmax(1) == ref.argmax(1)).sum())}  # fmt: skip
+    return found
+
+
 def group_of(name: str) -> str:
     """A plan name with its layer index replaced: the tensor group."""
     return re.sub(r"\.\d+\.", ".N.", name)
@@ -168,7 +189,7 @@ def ablate(name: str, folder: Path, steps: int, replay: RoutingReplay) -> dict:
     out = {"steps": len(tokens), "logit_scale": scale, "int4keepproj": whole,
            "int4 tensors at int8": with_storage(lambda n: "int8"),
            "int4 tensors at fp16": with_storage(lambda n: "float16"), "groups": {},
-           "residual at step 0": residual_trace(model, tokens)}  # fmt: skip
+           "residual at step 0": residual_trace(model, tokens), "embedding scaled": embedding_scaled(model, tokens)}  # fmt: skip
     for g, names in groups.items():
         out["groups"][g] = {"shapes": [list(e.shape) for e in int4 if e.name in names],
                             "only this int4": with_storage(lambda n: "int4" if n in names else "int8"),
@@ -232,6 +253,8 @@ def print_ablation(name: str, r: dict) -> None:
     for key in [k for k in r if k.endswith(("routing free", "routing replayed"))]:
         extra = f"  (routing differs at {r[key]['routing_changed']}/{r[key]['routing_calls']})" if "replayed" in key else ""
         print(f"  {key:92} {r[key]['max_rel']:.3f}  top-1 {r[key]['top1']}/{r['steps']}{extra}")
+    for key, x in r["embedding scaled"].items():
+        print(f"  {key:92} {x['max_rel']:.3f}  top-1 {x['top1']}/{r['steps']}")
     print("  each layer at step 0: |x| after it, its update |out - in| / |in|, int4keepproj's error on x: "
           + ", ".join(f"{t['norm']:.1f} {t['update']:.2f} {t['rel_err']:.3f}" for t in r["residual at step 0"]))
 
