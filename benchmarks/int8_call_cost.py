@@ -13,12 +13,8 @@ runtime Profiler's, per op type, averaged over --calls calls after one untimed c
 from __future__ import annotations
 
 import argparse
-import asyncio
 import collections
-import contextlib
-import io
 import json
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,17 +25,13 @@ from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
 from ssmport.quant.int8 import quantize_int8_blockwise
 from ssmport.runtime.op_count import CALL_EVENT, op_type
 
+from coreai_micro import loaded_main  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 
 def profiled_call(module: torch.nn.Module, x: np.ndarray, calls: int) -> dict:
     """ms per call and ms per op type of `module` (forward(x) -> y) on the Core AI runtime."""
-    import coreai_torch
-    from coreai.runtime import AIModel, NDArray, Profiler
-    from coreai_torch import TorchConverter
+    from coreai.runtime import NDArray, Profiler
 
-    ep = torch.export.export(module.eval(), (torch.from_numpy(x),)).run_decompositions(coreai_torch.get_decomp_table())
-    with contextlib.redirect_stdout(io.StringIO()):
-        program = TorchConverter(mode=TorchConverter.Mode.RELEASE).add_exported_program(
-            ep, input_names=["x"], output_names=["y"]).to_coreai()  # fmt: skip
     starts: dict[int, tuple[str, int]] = {}
     spans: list[tuple[str, int]] = []
 
@@ -51,14 +43,7 @@ def profiled_call(module: torch.nn.Module, x: np.ndarray, calls: int) -> dict:
         name, t0 = starts.pop(token)
         spans.append((name, event.timestamp - t0))
 
-    with tempfile.TemporaryDirectory() as tmp:
-        asset = program.save_asset(Path(tmp) / "m.aimodel")
-        lowered = Path(tmp) / "m.aimodelx"
-        lowered.mkdir()
-        asset._write_odix(lowered)  # private in coreai-core 1.0.0b3 (see ssmport.runtime)
-        loop = asyncio.new_event_loop()
-        model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function("main", profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end))
+    with loaded_main(module, x, [], Profiler(on_log_event_begin=begin, on_log_event_end=end)) as (loop, fn):
         inputs = {"x": NDArray(x)}
         loop.run_until_complete(fn(inputs=inputs, state={}))
         spans.clear()
@@ -66,8 +51,6 @@ def profiled_call(module: torch.nn.Module, x: np.ndarray, calls: int) -> dict:
         for _ in range(calls):
             loop.run_until_complete(fn(inputs=inputs, state={}))
         ms = 1000 * (time.perf_counter() - start) / calls
-        del fn, model
-        loop.close()
     ops: collections.Counter = collections.Counter()
     for name, ns in spans:
         if name != CALL_EVENT:
