@@ -7,25 +7,26 @@ import contextlib
 import io
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import torch
 
 
-def call_times_ms(module: torch.nn.Module, x: np.ndarray, calls: int, states: dict[str, np.ndarray] | None = None) -> list[float]:
-    """Convert `module` (forward(x) -> y; its buffers named in `states` are Core AI states),
-    lower it, and return the wall time of `calls` calls after 3 untimed ones."""
+@contextlib.contextmanager
+def loaded_main(module: torch.nn.Module, x: np.ndarray, state_names: list[str], profiler=None) -> Iterator[tuple]:
+    """Convert `module` (forward(x) -> y; the buffers named in `state_names` are Core AI
+    states), lower it, load its `main` (with `profiler`, when given); yield (event loop, main)."""
     import coreai_torch
-    from coreai.runtime import AIModel, NDArray
+    from coreai.runtime import AIModel
     from coreai_torch import TorchConverter
 
-    states = states or {}
     ep = torch.export.export(module.eval(), (torch.from_numpy(x),)).run_decompositions(coreai_torch.get_decomp_table())
     with contextlib.redirect_stdout(io.StringIO()):
         program = (
             TorchConverter(mode=TorchConverter.Mode.RELEASE)
-            .add_exported_program(ep, input_names=["x"], output_names=["y"], state_names=list(states))
+            .add_exported_program(ep, input_names=["x"], output_names=["y"], state_names=state_names)
             .to_coreai()
         )
     with tempfile.TemporaryDirectory() as tmp:
@@ -35,7 +36,21 @@ def call_times_ms(module: torch.nn.Module, x: np.ndarray, calls: int, states: di
         asset._write_odix(lowered)  # private in coreai-core 1.0.0b3 (see ssmport.runtime)
         loop = asyncio.new_event_loop()
         model = loop.run_until_complete(AIModel.load(lowered))
-        fn = model.load_function("main")
+        fn = model.load_function("main") if profiler is None else model.load_function("main", profiler=profiler)
+        try:
+            yield loop, fn
+        finally:
+            del fn, model
+            loop.close()
+
+
+def call_times_ms(module: torch.nn.Module, x: np.ndarray, calls: int, states: dict[str, np.ndarray] | None = None) -> list[float]:
+    """Convert `module` (forward(x) -> y; its buffers named in `states` are Core AI states),
+    lower it, and return the wall time of `calls` calls after 3 untimed ones."""
+    from coreai.runtime import NDArray
+
+    states = states or {}
+    with loaded_main(module, x, list(states)) as (loop, fn):
         bound = {name: NDArray(value) for name, value in states.items()}
         inputs = {"x": NDArray(x)}
         for _ in range(3):
@@ -45,6 +60,4 @@ def call_times_ms(module: torch.nn.Module, x: np.ndarray, calls: int, states: di
             start = time.perf_counter()
             loop.run_until_complete(fn(inputs=inputs, state=bound))
             times.append(1000 * (time.perf_counter() - start))
-        del fn, model
-        loop.close()
     return times
