@@ -964,6 +964,9 @@ case("chat-script-non-utf8", "chat", "--script with bytes that are not UTF-8",
      lambda e: ["chat", e.tok, "--script", e.write("s.txt", b"hello \xff\xfe there\n")], "not valid UTF-8 text (byte 6)")  # fmt: skip
 case("chat-stdin-non-utf8", "chat", "typed input (stdin) with bytes that are not UTF-8", lambda e: ["chat", e.tok],
      "standard input: not valid UTF-8 text", stdin=b"hi \xff there\n")  # fmt: skip
+case("chat-stdin-non-utf8-utf8-mode", "chat", "typed input with bytes that are not UTF-8, where Python reads stdin with surrogateescape (the C locale, UTF-8 mode)",
+     lambda e: ["chat", e.tok], "standard input: not valid UTF-8 text (invalid start byte at byte 3", stdin=b"hi \xff there\n",
+     env=lambda e: {"PYTHONUTF8": "1"}, process=True)  # fmt: skip
 case("chat-draft-unknown", "chat", "an unknown --draft", lambda e: ["chat", e.spec, "--script", _SCRIPT(e), "--draft", e.path("lokup")],
      "not 'lookup' and no such bundle")  # fmt: skip
 case("chat-draft-target-without-verify", "chat", "--draft for a bundle exported without --verify",

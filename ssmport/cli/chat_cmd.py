@@ -43,7 +43,11 @@ def _lines(script: list[str] | None):
     if script is None:
         while sys.stdin is not None:  # started with stdin closed: nothing to read
             try:
-                yield input("> ")
+                line = input("> ")
+                # Python reads stdin with surrogateescape in the C locale and in UTF-8 mode: the
+                # undecodable bytes arrive as surrogates instead of an error.
+                line.encode("utf-8", "surrogateescape").decode("utf-8")
+                yield line
             except EOFError:
                 return
             except UnicodeDecodeError as exc:
