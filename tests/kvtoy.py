@@ -19,7 +19,8 @@ from torch import nn
 import ssmport
 from ssmport.checkpoint import DictSource
 from ssmport.graph import Embedding, NormHead, Step
-from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionMixer, AttentionNames, AttentionSpec
+from ssmport.models.layers import KEY_CACHE, VALUE_CACHE
+from ssmport.models.layers.attention import AttentionMixer, AttentionNames, AttentionSpec
 from ssmport.ops import attention
 from ssmport.ops.norms import rms_norm_naive
 from ssmport.ops.scan import scan

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.layers import ReluSquaredMLP, SwiGLU
+from ssmport.models.layers.mlp import ReluSquaredMLP, SwiGLU
 from ssmport.models.loading import Stored
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role

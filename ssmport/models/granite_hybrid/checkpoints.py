@@ -15,7 +15,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig, from_transformers
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, head_name, layout_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes
 from ssmport.models.moe import MoeNames, fused_expert_layout, moe_shapes

@@ -1,34 +1,23 @@
-"""Layers the families share, composed into their blocks: softmax attention over a KV cache (the
-variants Qwen3.5, LFM2, Granite-4.0-H and Nemotron-H use), the gated delta-rule layer (Gated
-DeltaNet and Qwen3.5's linear attention) and the two MLPs.
-
-Each takes the already-normed input h [T, C] and returns its contribution (the family's block
-owns the pre-norm, the residual and any multiplier). Weights come from the builder under the
-family's canonical names; projections that read the same input are fused into one matmul
-(fewer ops here, and fewer dispatches on a GPU).
+"""Softmax attention over a KV cache or a sliding-window ring (the variants Qwen3.5, OLMo-Hybrid,
+LFM2/LFM3, Granite-4.0-H, Nemotron-H, Falcon-H1 and RecurrentGemma use): the spec, the weight
+names and checkpoint shapes, the export-form mixer, and one token of it as the references write it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.graph import Embedding, KVRows, NormHead, RingRows, Step
-from ssmport.ops import attention, delta_rule, sliding
-from ssmport.ops.conv import causal_conv
-from ssmport.ops.norms import l2_normalize, rms_norm
+from ssmport.graph import KVRows, RingRows, Step
+from ssmport.models.layers import KEY_CACHE, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, VALUE_CACHE
+from ssmport.ops import attention, sliding
+from ssmport.ops.norms import rms_norm, rms_norm_naive
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
-
-KEY_CACHE, VALUE_CACHE = "keyCache", "valueCache"  # Apple's names for the stacked KV states
-# The sliding-window layers' rings (kind "ring"): static shapes named "...Cache", which Apple's
-# engines' heuristic takes for a sliding cache (docs/apple-engines.md).
-SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE = "slidingKeyCache", "slidingValueCache"
-CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"  # and for its stacked fixed states
 
 
 @dataclass(frozen=True)
@@ -191,169 +180,44 @@ class AttentionMixer(nn.Module):
         return out, {keys: rows(k.transpose(0, 1)), values: rows(v.transpose(0, 1))}
 
 
-@dataclass(frozen=True)
-class DeltaRuleSpec:
-    """A gated delta-rule layer: k_heads query/key heads of k_dim, v_heads value heads of
-    v_dim (value head j reads q/k head j // (v_heads / k_heads)), a depthwise causal conv of
-    conv_kernel taps over the q | k | v inputs."""
-
-    k_heads: int
-    v_heads: int
-    k_dim: int
-    v_dim: int
-    conv_kernel: int
-    conv_bias: bool = False
-    output_gate: bool = True  # o = norm(o) * silu(gate projection)
-    allow_neg_eigval: bool = False  # beta in (0, 2)
-    norm_eps: float = 1e-6
-
-    @property
-    def key_dim(self) -> int:
-        return self.k_heads * self.k_dim
-
-    @property
-    def value_dim(self) -> int:
-        return self.v_heads * self.v_dim
-
-    @property
-    def conv_dim(self) -> int:  # the conv's channels: q | k | v
-        return 2 * self.key_dim + self.value_dim
-
-    @property
-    def group(self) -> int:
-        return self.v_heads // self.k_heads
 
 
-@dataclass(frozen=True)
-class DeltaRuleNames:
-    """Canonical weight names of one delta-rule layer, and the plan names of what is fused."""
-
-    conv_input: tuple[str, ...]  # projections whose outputs the conv reads, q | k | v rows in order
-    a: str  # the decay's input projection [v_heads, C]
-    b: str  # beta's projection [v_heads, C]
-    gate: str | None  # the output gate's projection [value_dim, C]
-    conv: tuple[str, ...]  # depthwise conv weights [D, 1, K], in conv_input's order
-    conv_bias: tuple[str, ...]
-    A_log: str
-    dt_bias: str
-    norm: str  # the per-head output RMSNorm gain [v_dim] (plain weight)
-    out: str
-    fused_in: str  # plan name of conv_input | a | b (| gate) as one matmul
-    fused_conv: str  # plan name of the conv weights as one [K, D] table
-    fused_conv_bias: str | None = None
-
-
-class DeltaRuleMixer(nn.Module):
-    """The gated delta-rule layer on the normed input h [T, C]:
-
-        q | k | v = silu(causal_conv(h W_qkv));  q, k l2-normalised, q * k_dim^-0.5
-        beta = sigmoid(h W_b) (x2 with allow_neg_eigval);  log g = -exp(A_log) softplus(h W_a + dt_bias)
-        o = delta rule (ssmport.ops.delta_rule);  out = W_o (rmsnorm(o) * w * silu(h W_gate))
-
-    States: `conv_state` [P, 2*key_dim + value_dim] (the last P pre-conv inputs, oldest first;
-    P = K-1 or K, the taps read the last K-1 rows) and `rec_state` [v_heads, k_dim, v_dim]
-    (key-major). Every projection of h is one fused matmul; the recurrence runs in fp32."""
-
-    def __init__(self, spec: DeltaRuleSpec, names: DeltaRuleNames, src: TensorSource, b: WeightBuilder,
-                 conv_state: str, rec_state: str):  # fmt: skip
-        super().__init__()
-        self.spec, self.conv_state, self.rec_state = spec, conv_state, rec_state
-        self.states = (conv_state, rec_state)
-        streams = [*names.conv_input, names.a, names.b] + ([names.gate] if spec.output_gate else [])
-        sizes = [src.shape(n)[0] for n in streams]
-        self.in_split = [sum(sizes[: len(names.conv_input)]), *sizes[len(names.conv_input) :]]  # qkv, a, b, (gate)
-        fused = torch.cat([src[n] for n in streams]).t()
-        self.in_proj = b.matmul(names.fused_in, fused, Role.STATE_PROJ)
-        del fused
-        taps = [src[n].reshape(src.shape(n)[0], -1).t() for n in names.conv]
-        self.conv_w = b.vector(names.fused_conv, torch.cat(taps, 1), Role.CONV)  # [K, D]
-        if spec.conv_bias:
-            self.conv_b = b.vector(names.fused_conv_bias, torch.cat([src[n] for n in names.conv_bias]), Role.CONV)
-        self.neg_A = b.vector(names.A_log, -torch.exp(src[names.A_log].float()), Role.DECAY)  # stored as -exp(A_log)
-        self.dt_bias = b.vector(names.dt_bias, src[names.dt_bias], Role.DECAY)
-        self.o_norm = b.vector(names.norm, src[names.norm], Role.NORM)
-        self.o_proj = b.matmul(names.out, src[names.out].t(), Role.OUT_PROJ)
-
-    def forward(self, h: torch.Tensor, slices: dict, step: Step):
-        """h [T, C] fp32; rows >= valid_len (prefill) are padding: computed, never stored.
-        Returns (out [T, C], {conv_state: new rows, rec_state: StateUpdate | new state})."""
-        s = self.spec
-        H, HV, dk, dv = s.k_heads, s.v_heads, s.k_dim, s.v_dim
-        T = h.shape[0]
-        parts = self.in_proj(h).split(self.in_split, dim=-1)
-        qkv, new_conv = causal_conv(slices[self.conv_state].float(), parts[0], self.conv_w, step.valid_len)
-        if s.conv_bias:
-            qkv = qkv + self.conv_b
-        q, k, v = F.silu(qkv).split([s.key_dim, s.key_dim, s.value_dim], dim=-1)
-        q = l2_normalize(q.reshape(T, H, dk), delta_rule.QK_L2NORM_EPS) * dk**-0.5
-        k = l2_normalize(k.reshape(T, H, dk), delta_rule.QK_L2NORM_EPS)
-        if s.group > 1:  # value head hv reads q/k head hv // group
-            q = q.view(T, H, 1, dk).expand(T, H, s.group, dk).reshape(T, HV, dk)
-            k = k.view(T, H, 1, dk).expand(T, H, s.group, dk).reshape(T, HV, dk)
-        beta = torch.sigmoid(parts[2]).view(T, HV, 1, 1)
-        if s.allow_neg_eigval:
-            beta = beta * 2.0
-        log_decay = self.neg_A * F.softplus(parts[1] + self.dt_bias)  # [T, HV]
-
-        # The recurrence, in fp32 whatever the state dtype.
-        v, S = v.reshape(T, HV, dv), slices[self.rec_state].float()
-        if step.decode:
-            o, S = delta_rule.decode(S, q.view(HV, dk), k.view(HV, dk), v.view(HV, dv), beta.view(HV, 1, 1),
-                                     torch.exp(log_decay).view(HV, 1, 1))  # fmt: skip
-            o = o.view(1, HV, dv)
-        else:
-            S, o = delta_rule.chunk(S, q, k, v, beta.view(T, HV), log_decay, step.valid_len, step.max_rows)
-        o = rms_norm(o, self.o_norm, s.norm_eps).reshape(T, s.value_dim)
-        if s.output_gate:
-            o = o * F.silu(parts[3])
-        return self.o_proj(o), {self.conv_state: new_conv, self.rec_state: S}
-
-
-class SwiGLU(nn.Module):
-    """down(silu(gate(h)) * up(h)), gate and up fused in one [C, 2F] matmul."""
-
-    def __init__(self, gate: str, up: str, down: str, src: TensorSource, b: WeightBuilder, fused: str | None = None):
-        """`fused`: the name of a checkpoint tensor that already holds [gate; up] (Granite's
-        input_linear), instead of separate `gate` and `up` tensors."""
-        super().__init__()
-        weight = src[fused] if fused else torch.cat([src[gate], src[up]])
-        self.size = weight.shape[0] // 2
-        self.gate_up = b.matmul(fused or f"{{{gate},{up}}}", weight.t(), Role.FFN)
-        self.down = b.matmul(down, src[down].t(), Role.FFN)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        g, u = self.gate_up(h).split([self.size, self.size], dim=-1)
-        return self.down(F.silu(g) * u)
-
-
-class ReluSquaredMLP(nn.Module):
-    """down(relu(up(h))^2) (Nemotron-H's MLP, RWKV-7's channel mix without the shift)."""
-
-    def __init__(self, up: str, down: str, src: TensorSource, b: WeightBuilder):
-        super().__init__()
-        self.up = b.matmul(up, src[up].t(), Role.FFN)
-        self.down = b.matmul(down, src[down].t(), Role.FFN)
-
-    def forward(self, h: torch.Tensor) -> torch.Tensor:
-        a = torch.relu(self.up(h))
-        return self.down(a * a)
-
-
-class ScaledEmbedding(Embedding):
-    """The embedding rows times embedding_multiplier (in fp32, after the lookup, as transformers)."""
-
-    def __init__(self, table: nn.Parameter, multiplier: float):
-        super().__init__(table)
-        self.multiplier = multiplier
-
-    def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        return super().forward(ids) * self.multiplier
-
-
-def norm_head(src: TensorSource, b: WeightBuilder, head: str, norm: str, eps: float,
-              gain: torch.Tensor | None = None, bias: str | None = None) -> NormHead:  # fmt: skip
-    """The final norm and the LM head (stored [in, out], logits in the recipe's dtype): an
-    RMSNorm of gain `gain` (default: the checkpoint's `norm` as it is), or a LayerNorm with `bias`."""
-    weight = b.vector(norm, src[norm] if gain is None else gain, Role.NORM)
-    shift = b.vector(bias, src[bias], Role.NORM) if bias else None
-    return NormHead(b.matmul(head, src[head].t(), Role.HEAD, out_dtype=b.recipe.logits_dtype), weight, eps, bias=shift)
+def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.Tensor, keys: list, values: list,
+                   position: int) -> torch.Tensor:  # fmt: skip
+    """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
+    ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
+    `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
+    which this token's are appended (a sliding window sees the last W-1 of them). With the
+    output gate, q_proj gives [query | gate] per head and o is multiplied by sigmoid(gate); with
+    the head gate, head h's output by sigmoid(w["gate"] @ h)[h]. Returns o_proj's output [C]."""
+    s = spec
+    bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
+    if s.output_gate:
+        both = (w["q"] @ h + bias("q_bias")).view(s.heads, 2, s.head_dim)
+        q, gate = both[:, 0], both[:, 1].reshape(-1)
+    else:
+        q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
+    k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
+    v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
+    if s.qk_norm:  # per head or over all heads at once; "rms_offset" is the zero-centred norm, gain 1 + w
+        offset = 1.0 if s.qk_norm == "rms_offset" else 0.0
+        span = (lambda x: x) if s.qk_norm_per_head else (lambda x: x.reshape(-1))  # noqa: E731
+        q = rms_norm_naive(span(q), w["q_norm"] + offset, s.norm_eps).view(s.heads, s.head_dim)
+        k = rms_norm_naive(span(k), w["k_norm"] + offset, s.norm_eps).view(s.kv_heads, s.head_dim)
+    if s.rotary_dim:
+        pos = torch.tensor([position])
+        q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta, s.rope_proportional)[0]
+        k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta, s.rope_proportional)[0]
+    past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
+    past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
+    if s.window:
+        o = sliding.naive(q, k, v, past_k, past_v, s.window, scale=s.scale).reshape(-1)
+    else:
+        o = attention.naive(q, k, v, past_k, past_v, scale=s.scale).reshape(-1)
+    if s.output_gate:
+        o = o * torch.sigmoid(gate)
+    if s.head_gate:
+        o = (o.view(s.heads, s.head_dim) * torch.sigmoid(w["gate"] @ h).view(s.heads, 1)).reshape(-1)
+    keys.append(k)
+    values.append(v)
+    return w["o"] @ o + bias("o_bias")

@@ -9,8 +9,9 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Step
-from ssmport.models.layers import (CONV_STATES, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, AttentionMixer,
-                                   ScaledEmbedding, norm_gain, norm_head)  # fmt: skip
+from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE
+from ssmport.models.layers.attention import AttentionMixer, norm_gain
+from ssmport.models.layers.head import ScaledEmbedding, norm_head
 from ssmport.models.recurrent_gemma.checkpoints import CONV_WEIGHT, EMBEDDING, FINAL_NORM, GATES, HEAD, attention, layer
 from ssmport.models.recurrent_gemma.config import ATTENTION, RECURRENT, RecurrentGemmaConfig
 from ssmport.models.recurrent_gemma.quant import role
