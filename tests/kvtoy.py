@@ -148,8 +148,8 @@ class KVToy(ssmport.Architecture):
 
     def state_specs(self, c, state_dtype):
         cache = (2, 1, c.kv_heads, c.context, c.head_dim)
-        layout = "[attention layer, batch, kv head, position, head_dim]"
-        return [StateSpec("keyCache", cache, state_dtype, layout, KV), StateSpec("valueCache", cache, state_dtype, layout, KV),
+        axes = "[attention layer, batch, kv head, position, head_dim]"
+        return [StateSpec("keyCache", cache, state_dtype, axes, KV), StateSpec("valueCache", cache, state_dtype, axes, KV),
                 StateSpec("h", (1, 1, c.width), state_dtype, "[rnn layer, batch, width]")]  # fmt: skip
 
     def build_blocks(self, c, src, b):

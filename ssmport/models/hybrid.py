@@ -1,7 +1,7 @@
-"""What the hybrid families (LFM2, Granite-4.0-H, Nemotron-H) share beyond their layers: the
-four stacked states in Apple's names and layouts, the context a KV cache is sized for, the
-layer-kind spellings of config.json, the Mamba-2 mixer on the hybrids' states, and the plain
-attention step their references use.
+"""What the hybrid families (LFM2/LFM3, Granite-4.0-H, Nemotron-H, Falcon-H1, Qwen3.5,
+OLMo-Hybrid) share beyond their layers (ssmport.models.layers): the stacked states in Apple's
+names and shapes, the context a KV cache is sized for, the layer-kind spellings of config.json
+and its shared reads, the shared quant roles, and the references' starting states.
 
 States, one stack per kind, rows in layer order among the layers that use it (Apple's
 `cache_layer_idx`; docs/hybrids.md, "The stacked states"):
@@ -174,10 +174,10 @@ def delta_rule_hybrid_specs(c, dtype: torch.dtype) -> list[StateSpec]:
     `c.context` size them; rows are the attention layers, then the linear_attention layers."""
     a, d, linear = c.attention, c.delta_rule, c.layers_of(MAMBA)
     kv = (c.attention_layers, 1, a.kv_heads, c.context, a.head_dim)
-    kv_layout = "[attention layer, batch, kv head, position, head_dim]"
+    kv_axes = "[attention layer, batch, kv head, position, head_dim]"
     return [
-        StateSpec(KEY_CACHE, kv, dtype, kv_layout + " (K after k-norm and RoPE)", KV),
-        StateSpec(VALUE_CACHE, kv, dtype, kv_layout, KV),
+        StateSpec(KEY_CACHE, kv, dtype, kv_axes + " (K after k-norm and RoPE)", KV),
+        StateSpec(VALUE_CACHE, kv, dtype, kv_axes, KV),
         StateSpec(CONV_STATES, (linear, 1, d.conv_kernel, d.conv_dim), dtype,
                   "[linear layer, batch, conv tap (oldest first), channel (q | k | v pre-conv)]"),
         StateSpec(RECURRENT_STATES, (linear, 1, d.v_heads, d.k_dim, d.v_dim), dtype,
@@ -210,16 +210,16 @@ def delta_rule_hybrid_problems(c) -> dict[str, bool]:
 
 
 def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
-    shape, layout = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
-    return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
+    shape, axes = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
+    return [StateSpec(KEY_CACHE, shape, dtype, axes, KV), StateSpec(VALUE_CACHE, shape, dtype, axes, KV)]
 
 
 def ring_specs(layers: int, kv_heads: int, window: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
     """The sliding-window layers' K and V rings (kind "ring", ssmport.ops.sliding): `window` slots,
     slot j holding the latest position = j mod window; not sized by --context."""
-    shape, layout = (layers, 1, kv_heads, window, head_dim), "[sliding layer, batch, kv head, slot (position mod window), head_dim]"
-    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, layout + " (K after k-norm and RoPE)", RING),
-            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, layout, RING)]  # fmt: skip
+    shape, axes = (layers, 1, kv_heads, window, head_dim), "[sliding layer, batch, kv head, slot (position mod window), head_dim]"
+    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, axes + " (K after k-norm and RoPE)", RING),
+            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, axes, RING)]  # fmt: skip
 
 
 def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, kind: str, what: str) -> StateSpec:

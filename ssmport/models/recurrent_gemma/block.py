@@ -147,6 +147,6 @@ def ring_specs(cfg: RecurrentGemmaConfig, dtype: torch.dtype) -> list[StateSpec]
     n = cfg.layers_of(ATTENTION)
     if not n:
         return []
-    shape, layout = (n, 1, cfg.num_kv_heads, cfg.window, cfg.head_dim), "[attention layer, batch, kv head, slot, head_dim]"
-    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, layout + " (K after RoPE)", RING),
-            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, layout, RING)]  # fmt: skip
+    shape, axes = (n, 1, cfg.num_kv_heads, cfg.window, cfg.head_dim), "[attention layer, batch, kv head, slot, head_dim]"
+    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, axes + " (K after RoPE)", RING),
+            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, axes, RING)]  # fmt: skip
