@@ -65,7 +65,7 @@ def write_rwkv7_folder(model, path: Path) -> Path:
     has layer 0's pre-norm and value = key width; other models are refused."""
     from safetensors.torch import save_file
 
-    from ssmport.models.rwkv7.checkpoints import fla_layout
+    from ssmport.models.rwkv7.checkpoints import fla_storage
 
     c = model.config
     unsupported = {
@@ -78,7 +78,7 @@ def write_rwkv7_folder(model, path: Path) -> Path:
     if reasons:
         raise MlxRefusal(f"mlx-lm's rwkv7 cannot express this model: {', '.join(reasons)}")
     tensors = {}
-    for ours, (theirs, _) in fla_layout(c, "lm_head.weight", stacked_mixes=False).items():
+    for ours, (theirs, _) in fla_storage(c, "lm_head.weight", stacked_mixes=False).items():
         t = model.weights[ours]
         if theirs.endswith((".lora.0.weight", ".lora.2.weight")):  # canonical [in, out] -> nn.Linear [out, in]
             t = t.t()

@@ -120,10 +120,10 @@ def ensure_blinkdl_pth(preset: str, work: Path) -> Path:
     if not path.is_file():
         print(f"writing the peer checkpoint {path}", flush=True)
         model = ssmport.load_model(preset, synthetic=True)
-        blinkdl_layout = importlib.import_module(f"ssmport.models.{model.architecture.name}.checkpoints").blinkdl_layout
-        layout = blinkdl_layout({n: model.weights.shape(n) for n in model.weights})
+        blinkdl_storage = importlib.import_module(f"ssmport.models.{model.architecture.name}.checkpoints").blinkdl_storage
+        storage = blinkdl_storage({n: model.weights.shape(n) for n in model.weights})
         sd = {n: model.weights[n].reshape(stored.shapes(model.weights.shape(n))[0]).contiguous()
-              for n, (_, stored) in layout.items()}  # fmt: skip
+              for n, (_, stored) in storage.items()}  # fmt: skip
         tmp = path.with_suffix(".partial")
         torch.save(sd, tmp)
         del sd

@@ -46,7 +46,6 @@ from ssmport.manifest import (
     Manifest,
     PrefillEntry,
     RecipeEntry,
-    StateEntry,
     TokenizerEntry,
 )  # fmt: skip
 from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
@@ -204,8 +203,7 @@ def _build_bundle(
         synthetic_weights=model.synthetic,
         recipe=RecipeEntry(recipe.name, recipe.description, dtype_name(state_dtype)),
         main=_function_entry(signature),
-        states=tuple(StateEntry(s.name, s.shape, s.dtype, spec.layout, spec.kind, spec.max_context)
-                     for s, spec in zip(signature.states, specs)),  # fmt: skip
+        states=tuple(spec.entry(s.shape) for s, spec in zip(signature.states, specs)),
         prefill=_rows_entry(converted, converted.prefill, converted.prefill_chunk),
         verify=_rows_entry(converted, converted.verify, converted.verify_rows),
         plan=plan_record,

@@ -52,51 +52,77 @@ class TensorEntry:
         return self.name, self.shape, self.dtype
 
 
+def state_problem(name: str, shape: tuple[int, ...], kind: str, max_context: int | None) -> str | None:
+    """The one rule every state meets, declared (ssmport.state.StateSpec) or read from a
+    manifest (StateEntry): None, or what is wrong. A kv or ring state is [layers, 1, heads,
+    positions, head_dim]; only a kv state's position axis (3) may be dynamic (DYNAMIC_DIM), and
+    exactly then it carries a positive max_context."""
+    if kind not in KINDS:
+        return f"state {name} has unknown kind {kind!r} (one of {', '.join(KINDS)})"
+    if kind in (KV, RING) and (len(shape) != 5 or shape[1] != 1):
+        return f"{kind} state {name} must be [layers, 1, heads, {'context' if kind == KV else 'window'}, head_dim], not {list(shape)}"
+    if kind == RING and min(shape) < 1:
+        return f"ring state {name} must be [layers, 1, heads, window, head_dim], not {list(shape)}"
+    dynamic = [i for i, d in enumerate(shape) if d == DYNAMIC_DIM]
+    if dynamic not in ([], [3]) or (dynamic and kind != KV) or bool(dynamic) != (max_context is not None) \
+            or (max_context is not None and max_context < 1):
+        return (f"state {name}: only a kv state's position axis may be dynamic, and exactly such a state "
+                "has a max_context (positive)")
+    return None
+
+
 @dataclass(frozen=True)
 class StateEntry(TensorEntry):
-    layout: str = ""
-    kind: str = FIXED  # FIXED, KV or RING
-    # a kv state whose position axis is dynamic (DYNAMIC_DIM: the caller sizes the buffer, as
-    # Apple's engines grow theirs; the apple layout of hybrids): the most positions it may hold
+    """One state of a bundle: name, shape, dtype, axis legend, kind. The one state type:
+    ssmport.state.StateSpec is this with the torch dtype the graph stores it in. Constructing
+    one checks `state_problem` (ValueError); `from_json` reports it as a BundleError."""
+
+    axes: str = ""  # human-readable axis legend, e.g. "[layer, batch, head, key, value]" (JSON: "layout")
+    kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache) | RING (sliding window)
+    # A kv state whose position axis is dynamic (DYNAMIC_DIM: each caller sizes the buffer, as
+    # Apple's engines grow their KV caches): the most positions it may hold.
     max_context: int | None = None
+
+    def __post_init__(self):
+        problem = state_problem(self.name, self.shape, self.kind, self.max_context)
+        if problem:
+            raise ValueError(problem)
 
     @classmethod
     def from_json(cls, data: dict, where: str) -> StateEntry:
         base = TensorEntry.from_json(data, where)
         r = _Reader(data, where)
-        kind = r.str("kind", FIXED)
-        if kind not in KINDS:
-            raise BundleError(f"{where}: state {base.name} has unknown kind {kind!r}")
-        if kind == RING and (len(base.shape) != 5 or min(base.shape) < 1):
-            raise BundleError(f"{where}: ring state {base.name} must be [layers, 1, heads, window, head_dim], "
-                              f"not {list(base.shape)}")  # fmt: skip
-        max_context = r.optional_int("max_context")
-        dynamic = kind == KV and len(base.shape) == 5 and base.shape[3] == DYNAMIC_DIM
-        if dynamic != (max_context is not None) or (max_context is not None and max_context < 1):
-            raise BundleError(f"{where}: state {base.name}: a kv state with a dynamic position axis needs a "
-                              "positive max_context, and only such a state has one")  # fmt: skip
+        kind, max_context = r.str("kind", FIXED), r.optional_int("max_context")
+        problem = state_problem(base.name, base.shape, kind, max_context)
+        if problem:
+            raise BundleError(f"{where}: {problem}")
         return cls(base.name, base.shape, base.dtype, r.str("layout", ""), kind, max_context)
 
     def to_json(self) -> dict:
         extra = {} if self.max_context is None else {"max_context": self.max_context}
-        return super().to_json() | {"layout": self.layout, "kind": self.kind} | extra
+        return super().to_json() | {"layout": self.axes, "kind": self.kind} | extra
+
+    @property
+    def dynamic(self) -> bool:
+        """Whether the position axis is dynamic (the caller sizes it, up to max_context)."""
+        return self.max_context is not None
 
     @property
     def context(self) -> int | None:
-        """The positions a kv state holds (None for a fixed state)."""
+        """The positions a kv state holds (None for the other kinds)."""
         if self.kind != KV:
             return None
-        return self.max_context if self.shape[3] == DYNAMIC_DIM else self.shape[3]
-
-    @property
-    def full_shape(self) -> tuple[int, ...]:
-        """The shape of a buffer that holds the whole context (a fixed state's own)."""
-        return self.shape if self.kind != KV else with_positions(self.shape, self.context)
+        return self.max_context if self.dynamic else self.shape[3]
 
     @property
     def window(self) -> int | None:
         """The positions a ring state keeps (None for the other kinds)."""
         return self.shape[3] if self.kind == RING else None
+
+    @property
+    def full_shape(self) -> tuple[int, ...]:
+        """The shape of a buffer holding the whole context (a fixed state's own shape)."""
+        return with_positions(self.shape, self.context) if self.dynamic else self.shape
 
 
 def with_positions(kv_shape: tuple[int, ...], positions: int) -> tuple[int, ...]:

@@ -8,7 +8,7 @@ Apple's GPU delegate keeps only one write per state handle, so a call must write
 exactly once: layers *return* their new slices (or updates) and the graph (ssmport.graph) turns
 them into a single in-place write per state.
 
-Three kinds: "fixed" states (recurrent: conv windows, WKV / SSM / delta-rule matrices), whose size
+Three kinds (ssmport.manifest's FIXED, KV, RING): "fixed" states (recurrent: conv windows, WKV / SSM / delta-rule matrices), whose size
 does not depend on the sequence; "kv" states, a positional cache
 [L_kind, 1, heads, context, head_dim] written at each token's position and read up to it; and
 "ring" states, a sliding-window cache [L_kind, 1, heads, window, head_dim] written at slot
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ssmport.errors import SsmportError
-from ssmport.manifest import DYNAMIC_DIM, FIXED, KINDS, KV, RING, with_positions
+from ssmport.manifest import FIXED, KV, RING, StateEntry
 
 # Storage dtypes a state may have, by the names used on the CLI and in manifests.
 STATE_DTYPES: dict[str, torch.dtype] = {
@@ -40,50 +40,22 @@ NUMPY_DTYPES: dict[torch.dtype, np.dtype] = {
 
 
 @dataclass(frozen=True)
-class StateSpec:
-    """One Core AI state: its graph name, shape, storage dtype and layout legend."""
+class StateSpec(StateEntry):
+    """One Core AI state as an architecture declares it: a manifest's StateEntry (name, shape,
+    axis legend, kind, max_context and the rule they meet, ssmport.manifest.state_problem)
+    whose dtype is the torch dtype the graph stores it in."""
 
-    name: str
-    shape: tuple[int, ...]
-    dtype: torch.dtype
-    layout: str  # human-readable axis legend, e.g. "[layer, batch, head, key, value]"
-    kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache) | RING (sliding window)
-    # A kv state whose position axis is dynamic (DYNAMIC_DIM: each caller sizes the buffer, as
-    # Apple's engines grow their KV caches): the most positions it may hold.
-    max_context: int | None = None
+    dtype: torch.dtype  # (a StateEntry's is the dtype's name; `entry()` converts)
+    axes: str  # human-readable axis legend, e.g. "[layer, batch, head, key, value]"
 
-    def __post_init__(self):
-        if self.kind not in KINDS:
-            raise ValueError(f"state {self.name}: kind must be one of {KINDS}, not {self.kind!r}")
-        if self.kind == KV and len(self.shape) != 5:
-            raise ValueError(f"kv state {self.name} must be [layers, 1, heads, context, head_dim], got {self.shape}")
-        if self.kind == RING and (len(self.shape) != 5 or self.shape[1] != 1 or min(self.shape) < 1):
-            raise ValueError(f"ring state {self.name} must be [layers, 1, heads, window, head_dim], got {self.shape}")
-        dynamic = [i for i, d in enumerate(self.shape) if d == DYNAMIC_DIM]
-        if dynamic not in ([], [3]) or (dynamic and self.kind != KV) or bool(dynamic) != (self.max_context is not None):
-            raise ValueError(f"state {self.name}: only a kv state's position axis may be dynamic, with a max_context")
+    def entry(self, shape: tuple[int, ...] | None = None) -> StateEntry:
+        """This state as a manifest records it (`shape`: as the converted IR reports it)."""
+        return StateEntry(self.name, self.shape if shape is None else shape, dtype_name(self.dtype), self.axes,
+                          self.kind, self.max_context)  # fmt: skip
 
     @property
-    def dynamic(self) -> bool:
-        """Whether the position axis is dynamic (the caller sizes it, up to max_context)."""
-        return self.max_context is not None
-
-    @property
-    def context(self) -> int | None:
-        """The positions a kv state holds (None for a fixed state)."""
-        if self.kind != KV:
-            return None
-        return self.max_context if self.dynamic else self.shape[3]
-
-    @property
-    def window(self) -> int | None:
-        """The positions a ring state keeps (None for the other kinds)."""
-        return self.shape[3] if self.kind == RING else None
-
-    @property
-    def full_shape(self) -> tuple[int, ...]:
-        """The shape of a buffer holding the whole context (a fixed state's own shape)."""
-        return with_positions(self.shape, self.context) if self.dynamic else self.shape
+    def key(self) -> tuple[str, tuple[int, ...], str]:
+        return self.entry().key
 
     @property
     def numpy_dtype(self) -> np.dtype:
@@ -98,13 +70,7 @@ class StateSpec:
         return np.zeros(self.full_shape, dtype=self.numpy_dtype)
 
     def to_json(self) -> dict:
-        return {
-            "name": self.name,
-            "shape": list(self.shape),
-            "dtype": dtype_name(self.dtype),
-            "layout": self.layout,
-            "kind": self.kind,
-        } | ({} if self.max_context is None else {"max_context": self.max_context})
+        return self.entry().to_json()
 
 
 def check_room(held: int, new: int, context: int | None) -> None:
@@ -132,7 +98,7 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
 class StatePart:
     name: str
     size: int  # its extent along the split axis of the native layer slice
-    layout: str
+    axes: str  # its axis legend
 
 
 @dataclass(frozen=True)

@@ -267,7 +267,7 @@ def _check_states(arch: Architecture, model: LoadedModel):
             _require(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", s.name), f"state name {s.name!r} is not an identifier")
             _require(s.dtype == dtype, f"state {s.name} has dtype {s.dtype}, asked for {dtype}")
             _require(s.shape and all(isinstance(d, int) and d > 0 for d in s.shape), f"state {s.name} shape {s.shape}")
-            _require(s.layout, f"state {s.name} has no layout legend")
+            _require(s.axes, f"state {s.name} has no axis legend")
         with torch.no_grad():
             builder = WeightBuilder(get_recipe("fp32"), arch.keeps_float)
             module = arch.build_decode(model.config, model.weights, builder, dtype)

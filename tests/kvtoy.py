@@ -19,7 +19,8 @@ from torch import nn
 import ssmport
 from ssmport.checkpoint import DictSource
 from ssmport.graph import Embedding, NormHead, Step
-from ssmport.models.layers import KEY_CACHE, VALUE_CACHE, AttentionMixer, AttentionNames, AttentionSpec
+from ssmport.models.layers import KEY_CACHE, VALUE_CACHE
+from ssmport.models.layers.attention import AttentionMixer, AttentionNames, AttentionSpec
 from ssmport.ops import attention
 from ssmport.ops.norms import rms_norm_naive
 from ssmport.ops.scan import scan
@@ -147,8 +148,8 @@ class KVToy(ssmport.Architecture):
 
     def state_specs(self, c, state_dtype):
         cache = (2, 1, c.kv_heads, c.context, c.head_dim)
-        layout = "[attention layer, batch, kv head, position, head_dim]"
-        return [StateSpec("keyCache", cache, state_dtype, layout, KV), StateSpec("valueCache", cache, state_dtype, layout, KV),
+        axes = "[attention layer, batch, kv head, position, head_dim]"
+        return [StateSpec("keyCache", cache, state_dtype, axes, KV), StateSpec("valueCache", cache, state_dtype, axes, KV),
                 StateSpec("h", (1, 1, c.width), state_dtype, "[rnn layer, batch, width]")]  # fmt: skip
 
     def build_blocks(self, c, src, b):

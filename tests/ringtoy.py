@@ -18,16 +18,9 @@ from kvtoy import toy_embedding, toy_head, toy_weights
 
 import ssmport
 from ssmport.graph import Step
-from ssmport.models.hybrid import attention_step
-from ssmport.models.layers import (
-    KEY_CACHE,
-    SLIDING_KEY_CACHE,
-    SLIDING_VALUE_CACHE,
-    VALUE_CACHE,
-    AttentionMixer,
-    AttentionNames,
-    AttentionSpec,
-)
+from ssmport.models.layers import KEY_CACHE, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, VALUE_CACHE
+from ssmport.models.layers.attention import attention_step
+from ssmport.models.layers.attention import AttentionMixer, AttentionNames, AttentionSpec
 from ssmport.ops.norms import rms_norm_naive
 from ssmport.state import KV, RING, StateSpec
 

@@ -75,7 +75,7 @@ def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> li
             shape[split.axis] = part.size
             if part.size == 1:  # a single row is stored without its unit axis
                 del shape[split.axis]
-            specs.append(StateSpec(part.name, (*spec.shape[:2], *shape), spec.dtype, part.layout, spec.kind))
+            specs.append(StateSpec(part.name, (*spec.shape[:2], *shape), spec.dtype, part.axes, spec.kind))
     return specs
 
 

@@ -137,7 +137,7 @@ def _print_interface(function, states) -> None:
     for kind, entries in (("input", function.inputs), ("state", states), ("output", function.outputs)):
         for t in entries:
             nbytes = math.prod(t.shape) * _itemsize(t.dtype)
-            layout = f"  {t.layout}" if getattr(t, "layout", "") else ""
+            layout = f"  {t.axes}" if getattr(t, "axes", "") else ""
             print(f"  {kind:6} {t.name:14} {str(list(t.shape)):22} {t.dtype:8} {human_bytes(nbytes):>9}{layout}")
 
 

@@ -11,7 +11,7 @@ from torch import nn
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.graph import Embedding
-from ssmport.models.layers import norm_head
+from ssmport.models.layers.head import norm_head
 from ssmport.models.loading import AS_IS, MAX_LAYERS, Stored, layer_count
 from ssmport.quant.plan import WeightBuilder
 

@@ -1,7 +1,7 @@
-"""What the hybrid families (LFM2, Granite-4.0-H, Nemotron-H) share beyond their layers: the
-four stacked states in Apple's names and layouts, the context a KV cache is sized for, the
-layer-kind spellings of config.json, the Mamba-2 mixer on the hybrids' states, and the plain
-attention step their references use.
+"""What the hybrid families (LFM2/LFM3, Granite-4.0-H, Nemotron-H, Falcon-H1, Qwen3.5,
+OLMo-Hybrid) share beyond their layers (ssmport.models.layers): the stacked states in Apple's
+names and shapes, the context a KV cache is sized for, the layer-kind spellings of config.json
+and its shared reads, the shared quant roles, and the references' starting states.
 
 States, one stack per kind, rows in layer order among the layers that use it (Apple's
 `cache_layer_idx`; docs/hybrids.md, "The stacked states"):
@@ -21,30 +21,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch import nn
 
 from ssmport.architectures.base import FieldsConfig
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
-from ssmport.graph import Step
-from ssmport.models.layers import (
-    CONV_STATES,
-    KEY_CACHE,
-    RECURRENT_STATES,
-    SLIDING_KEY_CACHE,
-    SLIDING_VALUE_CACHE,
-    VALUE_CACHE,
-    AttentionSpec,
-    DeltaRuleSpec,
-)
+from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, VALUE_CACHE
+from ssmport.models.layers.mamba2_mixer import MixerSpec
 from ssmport.models.loading import ConfigReader, dt_limit
-from ssmport.models.mamba2.block import Mamba2Mixer
-from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.package import PackagedArchitecture
-from ssmport.ops import attention, delta_rule, sliding
-from ssmport.ops.norms import l2_normalize_naive, rms_norm_naive
-from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 from ssmport.state import KV, RING, StateSpec
 
@@ -190,10 +174,10 @@ def delta_rule_hybrid_specs(c, dtype: torch.dtype) -> list[StateSpec]:
     `c.context` size them; rows are the attention layers, then the linear_attention layers."""
     a, d, linear = c.attention, c.delta_rule, c.layers_of(MAMBA)
     kv = (c.attention_layers, 1, a.kv_heads, c.context, a.head_dim)
-    kv_layout = "[attention layer, batch, kv head, position, head_dim]"
+    kv_axes = "[attention layer, batch, kv head, position, head_dim]"
     return [
-        StateSpec(KEY_CACHE, kv, dtype, kv_layout + " (K after k-norm and RoPE)", KV),
-        StateSpec(VALUE_CACHE, kv, dtype, kv_layout, KV),
+        StateSpec(KEY_CACHE, kv, dtype, kv_axes + " (K after k-norm and RoPE)", KV),
+        StateSpec(VALUE_CACHE, kv, dtype, kv_axes, KV),
         StateSpec(CONV_STATES, (linear, 1, d.conv_kernel, d.conv_dim), dtype,
                   "[linear layer, batch, conv tap (oldest first), channel (q | k | v pre-conv)]"),
         StateSpec(RECURRENT_STATES, (linear, 1, d.v_heads, d.k_dim, d.v_dim), dtype,
@@ -226,16 +210,16 @@ def delta_rule_hybrid_problems(c) -> dict[str, bool]:
 
 
 def kv_specs(layers: int, kv_heads: int, context: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
-    shape, layout = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
-    return [StateSpec(KEY_CACHE, shape, dtype, layout, KV), StateSpec(VALUE_CACHE, shape, dtype, layout, KV)]
+    shape, axes = (layers, 1, kv_heads, context, head_dim), "[attention layer, batch, kv head, position, head_dim]"
+    return [StateSpec(KEY_CACHE, shape, dtype, axes, KV), StateSpec(VALUE_CACHE, shape, dtype, axes, KV)]
 
 
 def ring_specs(layers: int, kv_heads: int, window: int, head_dim: int, dtype: torch.dtype) -> list[StateSpec]:
     """The sliding-window layers' K and V rings (kind "ring", ssmport.ops.sliding): `window` slots,
     slot j holding the latest position = j mod window; not sized by --context."""
-    shape, layout = (layers, 1, kv_heads, window, head_dim), "[sliding layer, batch, kv head, slot (position mod window), head_dim]"
-    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, layout + " (K after k-norm and RoPE)", RING),
-            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, layout, RING)]  # fmt: skip
+    shape, axes = (layers, 1, kv_heads, window, head_dim), "[sliding layer, batch, kv head, slot (position mod window), head_dim]"
+    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, axes + " (K after k-norm and RoPE)", RING),
+            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, axes, RING)]  # fmt: skip
 
 
 def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, kind: str, what: str) -> StateSpec:
@@ -246,21 +230,6 @@ def conv_spec(layers: int, kernel: int, channels: int, dtype: torch.dtype, kind:
 def recurrent_spec(layers: int, mixer: MixerSpec, dtype: torch.dtype) -> StateSpec:
     return StateSpec(RECURRENT_STATES, (layers, 1, mixer.num_heads, mixer.head_dim, mixer.state_size), dtype,
                      "[mamba layer, batch, head, head_dim, state]")  # fmt: skip
-
-
-class Mamba2StateMixer(nn.Module):
-    """The Mamba-2 mixer (ssmport.models.mamba2.block.Mamba2Mixer) over the hybrids' states:
-    convStates [K, conv_dim] is already the time-major window it takes; recurrentStates [H, P, N]."""
-
-    states = (CONV_STATES, RECURRENT_STATES)
-
-    def __init__(self, spec: MixerSpec, prefix: str, src: TensorSource, b: WeightBuilder, role: Callable[[str], str]):
-        super().__init__()
-        self.mixer = Mamba2Mixer(spec, prefix, src, b, role)
-
-    def forward(self, h: torch.Tensor, slices: dict, step: Step):
-        out, conv, S = self.mixer(h, slices[CONV_STATES].float(), slices[RECURRENT_STATES].float(), step)
-        return out, {CONV_STATES: conv, RECURRENT_STATES: S}
 
 
 # What stays float under int8keepproj in a Mamba-2 + attention hybrid (benchmarks/hybrid_quant_predicate.py):
@@ -308,63 +277,3 @@ def mamba_attention_zero_state(c: HybridConfig) -> dict:
                                                "ssm": (MAMBA, (m.num_heads, m.head_dim, m.state_size))})  # fmt: skip
 
 
-def delta_rule_token(d: DeltaRuleSpec, window: torch.Tensor, S: torch.Tensor, qkv: torch.Tensor, conv: torch.Tensor,
-                     beta: torch.Tensor, g: torch.Tensor, gate: torch.Tensor, norm: torch.Tensor, eps: float):  # fmt: skip
-    """One token of a Gated DeltaNet layer as the references write it, from its projections:
-    `window` the last K pre-conv inputs [K, conv_dim] (row 0 oldest), `qkv` this token's,
-    `conv` the depthwise weight [conv_dim, 1, K]; beta, g (the decay, not its log) [Hv]; S
-    [Hv, dk, dv], updated in place, head by head (value head j reads q/k head j // group).
-    Returns (the new window, o [value_dim] after the gated norm w * rmsnorm(o_j) * silu(gate_j))."""
-    dk, dv, group = d.k_dim, d.v_dim, d.group
-    window = torch.cat([window[1:], qkv[None]])
-    u = F.silu((window * conv[:, 0].t()).sum(0))  # tap K-1 multiplies the newest input
-    q, k, v = u[: d.key_dim], u[d.key_dim : 2 * d.key_dim], u[2 * d.key_dim :]
-    out = torch.empty(d.value_dim)
-    for j in range(d.v_heads):
-        ks, vs = slice((j // group) * dk, (j // group + 1) * dk), slice(j * dv, (j + 1) * dv)
-        qj = l2_normalize_naive(q[ks], delta_rule.QK_L2NORM_EPS) * dk**-0.5
-        kj = l2_normalize_naive(k[ks], delta_rule.QK_L2NORM_EPS)
-        S[j], o = delta_rule.naive_step(S[j], qj, kj, v[vs], beta[j], g[j])
-        out[vs] = rms_norm_naive(o, norm, eps) * F.silu(gate[vs])
-    return window, out
-
-
-def attention_step(spec: AttentionSpec, w: Mapping[str, torch.Tensor], h: torch.Tensor, keys: list, values: list,
-                   position: int) -> torch.Tensor:  # fmt: skip
-    """One token of causal GQA attention, written for reading: w holds "q", "k", "v", "o"
-    ([out, in] fp32), and "q_norm", "k_norm" / "q_bias" ... where the spec has them; `keys`,
-    `values` the layer's earlier K (after norm and RoPE) and V rows [kv_heads, head_dim], to
-    which this token's are appended (a sliding window sees the last W-1 of them). With the
-    output gate, q_proj gives [query | gate] per head and o is multiplied by sigmoid(gate); with
-    the head gate, head h's output by sigmoid(w["gate"] @ h)[h]. Returns o_proj's output [C]."""
-    s = spec
-    bias = (lambda n: w[n]) if s.bias else (lambda n: 0)  # noqa: E731
-    if s.output_gate:
-        both = (w["q"] @ h + bias("q_bias")).view(s.heads, 2, s.head_dim)
-        q, gate = both[:, 0], both[:, 1].reshape(-1)
-    else:
-        q = (w["q"] @ h + bias("q_bias")).view(s.heads, s.head_dim)
-    k = (w["k"] @ h + bias("k_bias")).view(s.kv_heads, s.head_dim)
-    v = (w["v"] @ h + bias("v_bias")).view(s.kv_heads, s.head_dim)
-    if s.qk_norm:  # per head or over all heads at once; "rms_offset" is the zero-centred norm, gain 1 + w
-        offset = 1.0 if s.qk_norm == "rms_offset" else 0.0
-        span = (lambda x: x) if s.qk_norm_per_head else (lambda x: x.reshape(-1))  # noqa: E731
-        q = rms_norm_naive(span(q), w["q_norm"] + offset, s.norm_eps).view(s.heads, s.head_dim)
-        k = rms_norm_naive(span(k), w["k_norm"] + offset, s.norm_eps).view(s.kv_heads, s.head_dim)
-    if s.rotary_dim:
-        pos = torch.tensor([position])
-        q = attention.apply_rotary_naive(q[None], pos, s.rotary_dim, s.rope_theta, s.rope_proportional)[0]
-        k = attention.apply_rotary_naive(k[None], pos, s.rotary_dim, s.rope_theta, s.rope_proportional)[0]
-    past_k = torch.stack(keys) if keys else torch.zeros(0, s.kv_heads, s.head_dim)
-    past_v = torch.stack(values) if values else torch.zeros(0, s.kv_heads, s.head_dim)
-    if s.window:
-        o = sliding.naive(q, k, v, past_k, past_v, s.window, scale=s.scale).reshape(-1)
-    else:
-        o = attention.naive(q, k, v, past_k, past_v, scale=s.scale).reshape(-1)
-    if s.output_gate:
-        o = o * torch.sigmoid(gate)
-    if s.head_gate:
-        o = (o.view(s.heads, s.head_dim) * torch.sigmoid(w["gate"] @ h).view(s.heads, 1)).reshape(-1)
-    keys.append(k)
-    values.append(v)
-    return w["o"] @ o + bias("o_bias")

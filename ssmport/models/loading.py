@@ -189,29 +189,29 @@ def renamed(canonical: Iterable[str], rules: Sequence[tuple[str, str, Stored]]) 
     return out
 
 
-def layout_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], layout: Mapping[str, tuple[str, Stored]],
+def storage_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], storage: Mapping[str, tuple[str, Stored]],
                 what: str, optional: Mapping[str, tuple[int, ...]] | None = None,
                 skipped: Mapping[str, tuple[str, int]] | None = None) -> MappedSource:  # fmt: skip
     """The canonical-name view of a checkpoint (fp32), after one strict check of every name and shape.
-    `layout`: canonical name -> (checkpoint name, how it is stored there); two canonical names may
+    `storage`: canonical name -> (checkpoint name, how it is stored there); two canonical names may
     read one tensor (a tied head, rows of a stack). `optional`: checkpoint tensors that may be
     present, with these shapes, and are not read; `skipped`: groups left out by prefix, for the
     manifest ({prefix: (what, count)})."""
     optional = dict(optional or {})
     expected = {theirs: stored.expected(canonical[ours], source.shape(theirs) if theirs in source else None)
-                for ours, (theirs, stored) in layout.items()}  # fmt: skip
+                for ours, (theirs, stored) in storage.items()}  # fmt: skip
     check_strict(source, expected | optional, frozenset(optional), what=what)
-    return MappedSource(source, {ours: (theirs, stored.read) for ours, (theirs, stored) in layout.items()}, canonical, skipped)
+    return MappedSource(source, {ours: (theirs, stored.read) for ours, (theirs, stored) in storage.items()}, canonical, skipped)
 
 
 def checked_view(source: TensorSource, canonical: Mapping[str, tuple[int, ...]], renamed: Mapping[str, str],
                  conv_suffix: str | None, what: str, optional: Mapping[str, tuple[int, ...]] | None = None,
                  skipped: Mapping[str, tuple[str, int]] | None = None) -> MappedSource:  # fmt: skip
-    """`layout_view` of the common layout: every tensor as is, under its canonical name unless
+    """`storage_view` of the common storage: every tensor as is, under its canonical name unless
     `renamed` (canonical -> checkpoint name, e.g. a tied head: the embedding), except depthwise
     convs (names ending in `conv_suffix`, if given), read [C, 1, K] and squeezed to [C, K]."""
-    layout = {n: (renamed.get(n, n), DEPTHWISE_CONV if conv_suffix and n.endswith(conv_suffix) else AS_IS) for n in canonical}
-    return layout_view(source, canonical, layout, what, optional, skipped)
+    storage = {n: (renamed.get(n, n), DEPTHWISE_CONV if conv_suffix and n.endswith(conv_suffix) else AS_IS) for n in canonical}
+    return storage_view(source, canonical, storage, what, optional, skipped)
 
 
 def load_mamba_folder(cj: Mapping[str, Any], source: TensorSource, family: str, readers, shapes, tied_by_default: bool):
@@ -228,12 +228,12 @@ def load_mamba_folder(cj: Mapping[str, Any], source: TensorSource, family: str, 
         if embedding not in source:
             raise CheckpointError(f"{source.origin}: not a mamba_ssm {family} checkpoint (no {embedding})")
         cfg = readers.from_mamba_ssm(cj, source.origin, source.shape(embedding)[0])
-        tied, layout = flags.bool("tie_embeddings", True), "mamba_ssm layout"
+        tied, form = flags.bool("tie_embeddings", True), "mamba_ssm layout"
     else:
         cfg = readers.from_transformers(cj, source.origin)
-        tied, layout = flags.bool("tie_word_embeddings", tied_by_default), "transformers layout"
+        tied, form = flags.bool("tie_word_embeddings", tied_by_default), "transformers layout"
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "backbone.layers.", source.origin)
     names = {n: f"backbone.{n}" for n in shapes(cfg)}
     names |= {"embeddings.weight": embedding, "lm_head.weight": head_name(tied, source, "lm_head.weight", embedding)}
-    return cfg, checked_view(source, shapes(cfg), names, "conv1d.weight", f"{family} {cfg.describe()} ({layout})")
+    return cfg, checked_view(source, shapes(cfg), names, "conv1d.weight", f"{family} {cfg.describe()} ({form})")

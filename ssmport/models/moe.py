@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.layers import ReluSquaredMLP, SwiGLU
+from ssmport.models.layers.mlp import ReluSquaredMLP, SwiGLU
 from ssmport.models.loading import Stored
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
@@ -112,7 +112,7 @@ def _mlp_shapes(names: tuple[str | None, str, str], width: int, hidden: int) -> 
     return ({gate: (width, hidden)} if gate else {}) | {up: (width, hidden), down: (hidden, width)}
 
 
-def fused_expert_layout(spec: MoeSpec, names: MoeNames, prefix: str, source: TensorSource, fused: str = "gate_up_proj",
+def fused_expert_storage(spec: MoeSpec, names: MoeNames, prefix: str, source: TensorSource, fused: str = "gate_up_proj",
                         down: str = "down_proj", always: bool = False) -> dict[str, tuple[str, Stored]]:  # fmt: skip
     """Where a checkpoint that stacks the experts keeps each expert's tensors: `{prefix}{fused}`
     [E, 2F, C] (gate rows, then up rows; [E, F, C] of up rows for relu^2 experts) and
@@ -129,11 +129,11 @@ def fused_expert_layout(spec: MoeSpec, names: MoeNames, prefix: str, source: Ten
     def expert(e: int) -> Stored:
         return Stored(lambda s: ((E, *s),), lambda t: t[e].float())
 
-    layout = {}
+    storage = {}
     for e in range(E):
         gate, up, down_e = names.expert(e)
-        layout |= ({gate: (fused, rows(e, 0))} if gate else {}) | {up: (fused, rows(e, halves - 1)), down_e: (down, expert(e))}
-    return layout
+        storage |= ({gate: (fused, rows(e, 0))} if gate else {}) | {up: (fused, rows(e, halves - 1)), down_e: (down, expert(e))}
+    return storage
 
 
 def route(spec: MoeSpec, logits: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:

@@ -18,8 +18,10 @@ from ssmport.graph import Step
 from ssmport.models.falcon_h1.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer, mlp
 from ssmport.models.falcon_h1.config import FalconH1Config
 from ssmport.models.falcon_h1.quant import role
-from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, ScaledEmbedding, SwiGLU, norm_head
+from ssmport.models.layers.attention import AttentionMixer
+from ssmport.models.layers.head import ScaledEmbedding, norm_head
+from ssmport.models.layers.mamba2_mixer import Mamba2StateMixer
+from ssmport.models.layers.mlp import SwiGLU
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 

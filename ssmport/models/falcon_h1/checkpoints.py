@@ -8,7 +8,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.falcon_h1.config import FalconH1Config, from_transformers
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.mamba2.checkpoints import mixer_shapes
 

@@ -9,9 +9,9 @@ from typing import Any
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 from ssmport.models.hybrid import DEFAULT_CONTEXT, MAX_CONTEXT, HybridConfig, max_positions_from, refuse_dt_clamp, rope_theta
-from ssmport.models.layers import AttentionSpec
+from ssmport.models.layers.attention import AttentionSpec
+from ssmport.models.layers.mamba2_mixer import MixerSpec
 from ssmport.models.loading import ConfigReader
-from ssmport.models.mamba2.config import MixerSpec
 
 HYBRID = "hybrid"  # transformers' layer kind: attention and Mamba-2 side by side in one layer
 SSM_SEGMENTS = ("z", "x", "B", "C", "dt")  # ssm_multipliers' order: the segments of in_proj's output

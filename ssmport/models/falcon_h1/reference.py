@@ -21,7 +21,8 @@ import torch.nn.functional as F
 
 from ssmport.models.falcon_h1.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer, mlp
 from ssmport.models.falcon_h1.config import HYBRID
-from ssmport.models.hybrid import attention_step, reference_zero_state
+from ssmport.models.hybrid import reference_zero_state
+from ssmport.models.layers.attention import attention_step
 from ssmport.models.mamba2.reference import mixer_step
 from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive

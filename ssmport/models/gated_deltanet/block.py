@@ -13,7 +13,8 @@ from ssmport.graph import Embedding, Step
 from ssmport.models.gated_deltanet.checkpoints import layer
 from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig
 from ssmport.models.gated_deltanet.quant import role
-from ssmport.models.layers import DeltaRuleMixer, DeltaRuleNames, DeltaRuleSpec, norm_head
+from ssmport.models.layers.delta_rule import DeltaRuleMixer, DeltaRuleNames, DeltaRuleSpec
+from ssmport.models.layers.head import norm_head
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder
 

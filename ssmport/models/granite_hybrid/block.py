@@ -13,8 +13,10 @@ from ssmport.graph import Step
 from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer, moe_names
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig
 from ssmport.models.granite_hybrid.quant import role
-from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, ScaledEmbedding, SwiGLU, norm_head
+from ssmport.models.layers.attention import AttentionMixer
+from ssmport.models.layers.head import ScaledEmbedding, norm_head
+from ssmport.models.layers.mamba2_mixer import Mamba2StateMixer
+from ssmport.models.layers.mlp import SwiGLU
 from ssmport.models.moe import ExpertMixture
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder

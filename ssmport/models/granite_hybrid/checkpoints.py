@@ -15,10 +15,10 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.granite_hybrid.config import MAMBA, GraniteHybridConfig, from_transformers
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
-from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, head_name, layout_view
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
+from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, head_name, storage_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes
-from ssmport.models.moe import MoeNames, fused_expert_layout, moe_shapes
+from ssmport.models.moe import MoeNames, fused_expert_storage, moe_shapes
 
 EMBEDDING, HEAD, FINAL_NORM = "model.embed_tokens.weight", "lm_head.weight", "model.norm.weight"
 
@@ -58,9 +58,9 @@ def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[GraniteHybridConf
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
     shapes = canonical_shapes(cfg)
-    layout = {n: (n, DEPTHWISE_CONV if n.endswith("conv1d.weight") else AS_IS) for n in shapes}
-    layout[HEAD] = (head_name(tied, source, HEAD, EMBEDDING), AS_IS)
+    storage = {n: (n, DEPTHWISE_CONV if n.endswith("conv1d.weight") else AS_IS) for n in shapes}
+    storage[HEAD] = (head_name(tied, source, HEAD, EMBEDDING), AS_IS)
     for i in range(cfg.num_layers if cfg.num_local_experts else 0):
-        layout |= fused_expert_layout(cfg.moe, moe_names(i), layer(i) + "block_sparse_moe.", source,
+        storage |= fused_expert_storage(cfg.moe, moe_names(i), layer(i) + "block_sparse_moe.", source,
                                       fused="input_linear.weight", down="output_linear.weight", always=True)  # fmt: skip
-    return cfg, layout_view(source, shapes, layout, f"Granite-4.0-H {cfg.describe()}")
+    return cfg, storage_view(source, shapes, storage, f"Granite-4.0-H {cfg.describe()}")

@@ -23,9 +23,9 @@ from ssmport.models.hybrid import (
     refuse_dt_clamp,
     rope_theta,
 )
-from ssmport.models.layers import AttentionSpec
+from ssmport.models.layers.attention import AttentionSpec
+from ssmport.models.layers.mamba2_mixer import MixerSpec
 from ssmport.models.loading import ConfigReader
-from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.moe import SOFTMAX, MoeSpec
 
 LAYER_KINDS = (MAMBA, ATTENTION)

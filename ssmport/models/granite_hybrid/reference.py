@@ -16,9 +16,10 @@ import torch.nn.functional as F
 
 from ssmport.models.granite_hybrid.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer, moe_names
 from ssmport.models.granite_hybrid.config import MAMBA
-from ssmport.models.hybrid import attention_step, mamba_attention_zero_state
-from ssmport.models.moe import RoutedReference
+from ssmport.models.hybrid import mamba_attention_zero_state
+from ssmport.models.layers.attention import attention_step
 from ssmport.models.mamba2.reference import mixer_step
+from ssmport.models.moe import RoutedReference
 from ssmport.models.package import Reference
 from ssmport.ops.norms import rms_norm_naive
 

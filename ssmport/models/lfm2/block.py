@@ -9,8 +9,10 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
-from ssmport.models.hybrid import CONV_STATES
-from ssmport.models.layers import AttentionMixer, SwiGLU, norm_head
+from ssmport.models.layers import CONV_STATES
+from ssmport.models.layers.attention import AttentionMixer
+from ssmport.models.layers.head import norm_head
+from ssmport.models.layers.mlp import SwiGLU
 from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, attention, layer
 from ssmport.models.lfm2.config import CONV, Lfm2Config
 from ssmport.models.lfm2.quant import role

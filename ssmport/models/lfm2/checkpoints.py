@@ -8,7 +8,7 @@ from typing import Any
 
 from ssmport.checkpoint import TensorSource
 from ssmport.models.hybrid import CONV
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.lfm2.config import Lfm2Config, from_transformers
 from ssmport.models.loading import check_layer_count, checked_view, head_name
 

@@ -18,7 +18,7 @@ from ssmport.models.hybrid import (
     max_positions_from,
     rope_theta,
 )
-from ssmport.models.layers import AttentionSpec
+from ssmport.models.layers.attention import AttentionSpec
 from ssmport.models.loading import ConfigReader
 
 LAYER_KINDS = (CONV, ATTENTION)

@@ -16,7 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step, reference_zero_state
+from ssmport.models.hybrid import reference_zero_state
+from ssmport.models.layers.attention import attention_step
 from ssmport.models.lfm2.checkpoints import EMBEDDING, HEAD, attention, canonical_shapes, layer
 from ssmport.models.lfm2.config import ATTENTION, CONV
 from ssmport.models.package import Reference

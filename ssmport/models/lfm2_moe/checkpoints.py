@@ -15,8 +15,8 @@ from ssmport.checkpoint import TensorSource
 from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, dense_mlp_shapes, layer
 from ssmport.models.lfm2.checkpoints import canonical_shapes as lfm2_shapes
 from ssmport.models.lfm2_moe.config import Lfm2MoeConfig, from_transformers
-from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, head_name, layout_view
-from ssmport.models.moe import MoeNames, fused_expert_layout, moe_shapes
+from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, head_name, storage_view
+from ssmport.models.moe import MoeNames, fused_expert_storage, moe_shapes
 
 
 def moe_names(i: int) -> MoeNames:
@@ -39,8 +39,8 @@ def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[Lfm2MoeConfig, Te
     cfg.validate()
     check_layer_count(cfg.num_layers, source, "model.layers.", source.origin)
     shapes = canonical_shapes(cfg)
-    layout = {n: (n, DEPTHWISE_CONV if n.endswith(CONV_WEIGHT) else AS_IS) for n in shapes}
-    layout[HEAD] = (head_name(tied, source, HEAD, EMBEDDING), AS_IS)
+    storage = {n: (n, DEPTHWISE_CONV if n.endswith(CONV_WEIGHT) else AS_IS) for n in shapes}
+    storage[HEAD] = (head_name(tied, source, HEAD, EMBEDDING), AS_IS)
     for i in range(cfg.num_dense_layers, cfg.num_layers):
-        layout |= fused_expert_layout(cfg.moe, moe_names(i), layer(i) + "feed_forward.experts.", source)
-    return cfg, layout_view(source, shapes, layout, f"LFM2-MoE {cfg.describe()}")
+        storage |= fused_expert_storage(cfg.moe, moe_names(i), layer(i) + "feed_forward.experts.", source)
+    return cfg, storage_view(source, shapes, storage, f"LFM2-MoE {cfg.describe()}")

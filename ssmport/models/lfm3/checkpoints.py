@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.lfm2.checkpoints import canonical_shapes as lfm2_shapes
 from ssmport.models.lfm2.checkpoints import layer
 from ssmport.models.lfm2.checkpoints import load as lfm2_load

@@ -17,7 +17,7 @@ from typing import Any
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 from ssmport.models.hybrid import ATTENTION, CONV, DEFAULT_CONTEXT, SLIDING, HybridConfig, layer_kinds
-from ssmport.models.layers import AttentionSpec
+from ssmport.models.layers.attention import AttentionSpec
 from ssmport.models.lfm2.config import Lfm2Config
 from ssmport.models.loading import ConfigReader
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import torch
 
-from ssmport.models.hybrid import CONV, attention_step
+from ssmport.models.hybrid import CONV
+from ssmport.models.layers.attention import attention_step
 from ssmport.models.lfm2.checkpoints import layer
 from ssmport.models.lfm2.reference import Lfm2Reference
 from ssmport.models.lfm3.checkpoints import attention, canonical_shapes

@@ -9,7 +9,8 @@ from typing import Any
 from ssmport.checkpoint import TensorSource
 from ssmport.models.loading import load_mamba_folder
 import ssmport.models.mamba2.config as config
-from ssmport.models.mamba2.config import Mamba2Config, MixerSpec
+from ssmport.models.layers.mamba2_mixer import MixerSpec
+from ssmport.models.mamba2.config import Mamba2Config
 
 
 def mixer_shapes(spec: MixerSpec, prefix: str, hidden: int) -> dict[str, tuple[int, ...]]:

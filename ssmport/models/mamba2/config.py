@@ -9,47 +9,10 @@ from typing import Any
 from ssmport.architectures.base import FieldsConfig
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
+from ssmport.models.layers.mamba2_mixer import MixerSpec
 from ssmport.models.loading import ConfigReader, dt_limit
 
 NEOX_VOCAB_ROWS = 50288  # GPT-NeoX's 50,277 tokens padded to a multiple of 16 (state-spaces releases)
-
-
-@dataclass(frozen=True)
-class MixerSpec:
-    """The geometry of one Mamba-2 mixer: Mamba-2's, Granite-4.0-H's and Nemotron-H's layers
-    run the same mixer (ssmport.models.mamba2.block.Mamba2Mixer) with their own values."""
-
-    num_heads: int  # H
-    head_dim: int  # P
-    state_size: int  # N
-    n_groups: int  # G: heads h use B/C group h // (H / G)
-    conv_kernel: int  # K
-    conv_bias: bool
-    proj_bias: bool  # biases on in_proj / out_proj
-    norm_eps: float  # the gated RMSNorm's
-    dt_min: float = 0.0  # dt is clamped to [dt_min, dt_max] after the softplus
-    dt_max: float | None = None  # None = no upper bound
-    # The output norm: "gate_first" rmsnorm(y * silu(z)) (Mamba-2's), "norm_first"
-    # rmsnorm(y) * silu(z), "none" y * silu(z) (Falcon-H1's mamba_rms_norm / mamba_norm_before_gate)
-    gated_norm: str = "gate_first"
-
-    @property
-    def intermediate_size(self) -> int:  # I = H * P
-        return self.num_heads * self.head_dim
-
-    @property
-    def conv_dim(self) -> int:  # x | B | C
-        return self.intermediate_size + 2 * self.n_groups * self.state_size
-
-    @property
-    def in_proj_size(self) -> int:  # z | xBC | dt
-        return self.intermediate_size + self.conv_dim + self.num_heads
-
-    def validate(self, family: str) -> None:
-        if self.num_heads % self.n_groups:
-            raise CheckpointError(f"{family}: {self.num_heads} heads do not divide into {self.n_groups} groups")
-        if self.conv_kernel < 2:
-            raise CheckpointError(f"{family}: conv kernel {self.conv_kernel} < 2 is not supported")
 
 
 @dataclass(frozen=True)

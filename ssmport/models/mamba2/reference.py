@@ -16,8 +16,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ssmport.models.layers.mamba2_mixer import MixerSpec
 from ssmport.models.mamba2.checkpoints import canonical_shapes
-from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.package import Reference
 from ssmport.ops import ssd
 from ssmport.ops.norms import rms_norm_naive

@@ -9,8 +9,10 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
-from ssmport.models.hybrid import Mamba2StateMixer
-from ssmport.models.layers import AttentionMixer, ReluSquaredMLP, norm_head
+from ssmport.models.layers.attention import AttentionMixer
+from ssmport.models.layers.head import norm_head
+from ssmport.models.layers.mamba2_mixer import Mamba2StateMixer
+from ssmport.models.layers.mlp import ReluSquaredMLP
 from ssmport.models.moe import ExpertMixture
 from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer, moe_names
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, MOE, NemotronHConfig

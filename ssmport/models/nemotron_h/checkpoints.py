@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
-from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, layout_view
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
+from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, storage_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes
-from ssmport.models.moe import MoeNames, fused_expert_layout, moe_shapes
+from ssmport.models.moe import MoeNames, fused_expert_storage, moe_shapes
 from ssmport.models.nemotron_h.config import ATTENTION, MAMBA, MOE, NemotronHConfig, from_transformers
 
 EMBEDDING, HEAD, FINAL_NORM = "embeddings.weight", "lm_head.weight", "norm_f.weight"
@@ -62,7 +62,7 @@ def load(cj: Mapping[str, Any], source: TensorSource) -> tuple[NemotronHConfig, 
     prefix = next((p for p in PREFIXES if p + EMBEDDING in source), PREFIXES[0])
     check_layer_count(cfg.num_layers, source, prefix + "layers.", source.origin)
     canonical = canonical_shapes(cfg)
-    layout = {n: (n if n == HEAD else prefix + n, DEPTHWISE_CONV if n.endswith("conv1d.weight") else AS_IS) for n in canonical}
+    storage = {n: (n if n == HEAD else prefix + n, DEPTHWISE_CONV if n.endswith("conv1d.weight") else AS_IS) for n in canonical}
     for i in (i for i, kind in enumerate(cfg.layer_types) if kind == MOE):
-        layout |= fused_expert_layout(cfg.moe, moe_names(i), prefix + layer(i) + "mixer.experts.", source, fused="up_proj")
-    return cfg, layout_view(source, canonical, layout, f"Nemotron-H {cfg.describe()}")
+        storage |= fused_expert_storage(cfg.moe, moe_names(i), prefix + layer(i) + "mixer.experts.", source, fused="up_proj")
+    return cfg, storage_view(source, canonical, storage, f"Nemotron-H {cfg.describe()}")

@@ -35,9 +35,9 @@ from ssmport.models.hybrid import (
     max_positions_from,
     refuse_dt_clamp,
 )
-from ssmport.models.layers import AttentionSpec
+from ssmport.models.layers.attention import AttentionSpec
+from ssmport.models.layers.mamba2_mixer import MixerSpec
 from ssmport.models.loading import ConfigReader
-from ssmport.models.mamba2.config import MixerSpec
 from ssmport.models.moe import SIGMOID, MoeSpec
 
 MLP, MOE = "mlp", "moe"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from ssmport.models.hybrid import attention_step, mamba_attention_zero_state
+from ssmport.models.hybrid import mamba_attention_zero_state
+from ssmport.models.layers.attention import attention_step
 from ssmport.models.mamba2.reference import mixer_step
 from ssmport.models.moe import RoutedReference
 from ssmport.models.nemotron_h.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes, layer, moe_names

@@ -18,7 +18,11 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
-from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_head
+from ssmport.models.layers import CONV_STATES, RECURRENT_STATES
+from ssmport.models.layers.attention import AttentionMixer
+from ssmport.models.layers.delta_rule import DeltaRuleMixer, DeltaRuleNames
+from ssmport.models.layers.head import norm_head
+from ssmport.models.layers.mlp import SwiGLU
 from ssmport.models.olmo_hybrid.checkpoints import EMBED, HEAD, NORM, attention, layer
 from ssmport.models.olmo_hybrid.config import FULL, OlmoHybridConfig
 from ssmport.ops.norms import rms_norm

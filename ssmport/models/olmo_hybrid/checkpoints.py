@@ -17,7 +17,7 @@ import torch
 
 from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.olmo_hybrid.config import FULL, OlmoHybridConfig, from_hf
 

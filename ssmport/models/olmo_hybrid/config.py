@@ -11,7 +11,8 @@ from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 from ssmport.models import hybrid
 from ssmport.models.hybrid import DEFAULT_CONTEXT, MAX_CONTEXT, check_context, layer_kinds, rope_theta
-from ssmport.models.layers import AttentionSpec, DeltaRuleSpec
+from ssmport.models.layers.attention import AttentionSpec
+from ssmport.models.layers.delta_rule import DeltaRuleSpec
 from ssmport.models.loading import ConfigReader, refuse
 
 LINEAR, FULL = hybrid.MAMBA, hybrid.ATTENTION  # "linear_attention" (Gated DeltaNet), "full_attention"

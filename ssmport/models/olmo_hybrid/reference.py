@@ -26,7 +26,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step, delta_rule_token, reference_zero_state
+from ssmport.models.hybrid import reference_zero_state
+from ssmport.models.layers.attention import attention_step
+from ssmport.models.layers.delta_rule import delta_rule_token
 from ssmport.models.olmo_hybrid.checkpoints import EMBED, HEAD, NORM, attention, canonical_shapes, layer
 from ssmport.models.olmo_hybrid.config import FULL, GATED_NORM_EPS, LINEAR
 from ssmport.models.package import Reference

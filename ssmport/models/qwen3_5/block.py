@@ -13,7 +13,11 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
-from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_gain, norm_head
+from ssmport.models.layers import CONV_STATES, RECURRENT_STATES
+from ssmport.models.layers.attention import AttentionMixer, norm_gain
+from ssmport.models.layers.delta_rule import DeltaRuleMixer, DeltaRuleNames
+from ssmport.models.layers.head import norm_head
+from ssmport.models.layers.mlp import SwiGLU
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, layer
 from ssmport.models.qwen3_5.config import FULL, ZERO_CENTRED, Qwen35Config
 from ssmport.ops.norms import rms_norm

@@ -23,7 +23,9 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step, delta_rule_token, reference_zero_state
+from ssmport.models.hybrid import reference_zero_state
+from ssmport.models.layers.attention import attention_step
+from ssmport.models.layers.delta_rule import delta_rule_token
 from ssmport.models.package import Reference
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, canonical_shapes, layer
 from ssmport.models.qwen3_5.config import FULL, LINEAR

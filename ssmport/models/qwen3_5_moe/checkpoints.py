@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.loading import AS_IS, check_layer_count, head_name, layout_view
-from ssmport.models.moe import MoeNames, fused_expert_layout, moe_shapes
+from ssmport.models.loading import AS_IS, check_layer_count, head_name, storage_view
+from ssmport.models.moe import MoeNames, fused_expert_storage, moe_shapes
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, SKIPPED, VLM_PREFIX, layer
 from ssmport.models.qwen3_5.checkpoints import canonical_shapes as dense_shapes
 from ssmport.models.qwen3_5_moe.config import Qwen35MoeConfig, from_hf_moe
@@ -39,12 +39,12 @@ def load_hf(cj: Mapping[str, Any], source: TensorSource) -> tuple[Qwen35MoeConfi
     theirs = lambda name: prefix + name.removeprefix("model.") if name.startswith("model.") else name  # noqa: E731
     check_layer_count(cfg.num_layers, source, prefix + "layers.", source.origin)
     shapes = canonical_shapes(cfg)
-    layout = {n: (theirs(n), AS_IS) for n in shapes}
-    layout[HEAD] = (head_name(cfg.tie_word_embeddings, source, HEAD, theirs(EMBED)), AS_IS)
+    storage = {n: (theirs(n), AS_IS) for n in shapes}
+    storage[HEAD] = (head_name(cfg.tie_word_embeddings, source, HEAD, theirs(EMBED)), AS_IS)
     for i in range(cfg.num_layers):
-        fused = fused_expert_layout(cfg.moe, moe_names(i), theirs(layer(i) + "mlp.experts."), source)
-        layout |= {n: (where, stored) for n, (where, stored) in fused.items()}
+        fused = fused_expert_storage(cfg.moe, moe_names(i), theirs(layer(i) + "mlp.experts."), source)
+        storage |= {n: (where, stored) for n, (where, stored) in fused.items()}
     skipped = {n: source.shape(n) for n in source if n.startswith(tuple(SKIPPED))}
     counts = {p: sum(n.startswith(p) for n in skipped) for p in SKIPPED}
-    return cfg, layout_view(source, shapes, layout, f"Qwen3.5-MoE {cfg.describe()}", optional=skipped,
+    return cfg, storage_view(source, shapes, storage, f"Qwen3.5-MoE {cfg.describe()}", optional=skipped,
                             skipped={p: (SKIPPED[p], k) for p, k in counts.items() if k})  # fmt: skip

@@ -9,8 +9,9 @@ from torch import nn
 
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Step
-from ssmport.models.layers import (CONV_STATES, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, AttentionMixer,
-                                   ScaledEmbedding, norm_gain, norm_head)  # fmt: skip
+from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE
+from ssmport.models.layers.attention import AttentionMixer, norm_gain
+from ssmport.models.layers.head import ScaledEmbedding, norm_head
 from ssmport.models.recurrent_gemma.checkpoints import CONV_WEIGHT, EMBEDDING, FINAL_NORM, GATES, HEAD, attention, layer
 from ssmport.models.recurrent_gemma.config import ATTENTION, RECURRENT, RecurrentGemmaConfig
 from ssmport.models.recurrent_gemma.quant import role
@@ -146,6 +147,6 @@ def ring_specs(cfg: RecurrentGemmaConfig, dtype: torch.dtype) -> list[StateSpec]
     n = cfg.layers_of(ATTENTION)
     if not n:
         return []
-    shape, layout = (n, 1, cfg.num_kv_heads, cfg.window, cfg.head_dim), "[attention layer, batch, kv head, slot, head_dim]"
-    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, layout + " (K after RoPE)", RING),
-            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, layout, RING)]  # fmt: skip
+    shape, axes = (n, 1, cfg.num_kv_heads, cfg.window, cfg.head_dim), "[attention layer, batch, kv head, slot, head_dim]"
+    return [StateSpec(SLIDING_KEY_CACHE, shape, dtype, axes + " (K after RoPE)", RING),
+            StateSpec(SLIDING_VALUE_CACHE, shape, dtype, axes, RING)]  # fmt: skip

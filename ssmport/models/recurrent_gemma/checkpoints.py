@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ssmport.checkpoint import TensorSource
-from ssmport.models.layers import AttentionNames, attention_names, attention_shapes
+from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.recurrent_gemma.config import RECURRENT, RecurrentGemmaConfig, from_transformers
 

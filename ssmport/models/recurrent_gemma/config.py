@@ -11,7 +11,7 @@ import torch
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
 from ssmport.models.hybrid import HybridConfig, rope_theta
-from ssmport.models.layers import AttentionSpec
+from ssmport.models.layers.attention import AttentionSpec
 from ssmport.models.loading import ConfigReader
 
 RECURRENT, ATTENTION = "recurrent", "attention"  # config.json block_types, repeated over the layers

@@ -16,7 +16,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.models.hybrid import attention_step
+from ssmport.models.layers.attention import attention_step
 from ssmport.models.package import Reference
 from ssmport.models.recurrent_gemma.checkpoints import (EMBEDDING, FINAL_NORM, HEAD, attention, canonical_shapes,
                                                         layer)  # fmt: skip

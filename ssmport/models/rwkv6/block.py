@@ -10,7 +10,7 @@ from torch import nn
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.blinkdl import blinkdl_model
-from ssmport.models.layers import ReluSquaredMLP
+from ssmport.models.layers.mlp import ReluSquaredMLP
 from ssmport.models.rwkv6.config import MIX_NAMES, RWKV6Config
 from ssmport.models.rwkv6.quant import role
 from ssmport.models.rwkv7.block import REC_STATE, SHIFT_STATE
@@ -18,6 +18,7 @@ from ssmport.ops import wkv6
 from ssmport.ops.norms import group_norm, layer_norm
 from ssmport.ops.rows import last_valid, token_shift
 from ssmport.quant.plan import WeightBuilder
+
 
 class RWKV6Block(nn.Module):
     """One layer. States: recState [H, N, N] (key-major) and shiftState [2, C] (the last

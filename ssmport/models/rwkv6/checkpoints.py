@@ -11,7 +11,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes, fla_shared_rules
 from ssmport.models.loading import (AS_IS, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored, check_layer_count, head_name,
-                                    layout_view, renamed, stacked_row)
+                                    storage_view, renamed, stacked_row)
 from ssmport.models.rwkv6.config import MIX_NAMES, RWKV6Config
 
 
@@ -40,7 +40,7 @@ def _layer_shapes(cfg: RWKV6Config, i: int) -> dict[str, tuple[int, ...]]:
 _UNSQUEEZED_1x1 = ("time_maa_x", "time_maa_w", "time_maa_k", "time_maa_v", "time_maa_r", "time_maa_g", "time_decay")
 
 
-def blinkdl_layout(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, Stored]]:
+def blinkdl_storage(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, Stored]]:
     """BlinkDL's names are the canonical ones; its per-channel vectors are saved [1, 1, C]."""
     return {n: (n, UNSQUEEZED if n.rsplit(".", 1)[-1] in _UNSQUEEZED_1x1 else AS_IS) for n in canonical}
 
@@ -67,7 +67,7 @@ def load_blinkdl(source: TensorSource) -> tuple[RWKV6Config, TensorSource]:
     )  # fmt: skip
     cfg.validate()
     canonical = canonical_shapes(cfg)
-    return cfg, layout_view(source, canonical, blinkdl_layout(canonical), f"RWKV-6 {cfg.describe()}")
+    return cfg, storage_view(source, canonical, blinkdl_storage(canonical), f"RWKV-6 {cfg.describe()}")
 
 
 # --- fla / Hugging Face -----------------------------------------------------------------
@@ -86,7 +86,7 @@ def _maa_w2(t):  # x_proj.2.weight [C, 5D], groups in fla's order -> time_maa_w2
     return t.float().t().reshape(5, -1, t.shape[0])[_FLA_ROWS]
 
 
-def fla_layout(cfg: RWKV6Config, head: str) -> dict[str, tuple[str, Stored]]:
+def fla_storage(cfg: RWKV6Config, head: str) -> dict[str, tuple[str, Stored]]:
     """canonical name -> (fla's RWKV6ForCausalLM name, how fla stores it)."""
     L, a = r"blocks\.(\d+)\.", r"blocks\.(\d+)\.att\."
     rules = fla_shared_rules(head) + [
@@ -150,5 +150,5 @@ def load_fla(config_json: Mapping[str, Any], source: TensorSource) -> tuple[RWKV
     cfg = _config_from_fla(config_json, source)
     cfg.validate()
     tied = ConfigReader(config_json, source.origin, "RWKV-6", _FLA_DEFAULTS).bool("tie_word_embeddings")
-    layout = fla_layout(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"))
-    return cfg, layout_view(source, canonical_shapes(cfg), layout, f"RWKV-6 {cfg.describe()} (fla layout)")
+    storage = fla_storage(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"))
+    return cfg, storage_view(source, canonical_shapes(cfg), storage, f"RWKV-6 {cfg.describe()} (fla layout)")

@@ -9,7 +9,7 @@ from torch import nn
 from ssmport.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.blinkdl import blinkdl_model
-from ssmport.models.layers import ReluSquaredMLP
+from ssmport.models.layers.mlp import ReluSquaredMLP
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.models.rwkv7.quant import role
 from ssmport.ops import wkv7

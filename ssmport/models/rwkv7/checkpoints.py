@@ -11,7 +11,7 @@ from ssmport.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes, fla_shared_rules
 from ssmport.models.loading import (AS_IS, FLAT_OR_UNSQUEEZED, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored, check_layer_count,
-                                    head_name, layout_view, renamed, stacked_row)
+                                    head_name, storage_view, renamed, stacked_row)
 from ssmport.models.rwkv7.config import MIX_NAMES, RWKV7Config
 
 
@@ -43,7 +43,7 @@ def _layer_shapes(cfg: RWKV7Config, i: int) -> dict[str, tuple[int, ...]]:
 _UNSQUEEZED_1x1 = ("x_r", "x_w", "x_k", "x_v", "x_a", "x_g", "w0", "a0", "v0", "k_k", "k_a")
 
 
-def blinkdl_layout(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, Stored]]:
+def blinkdl_storage(canonical: Mapping[str, tuple[int, ...]]) -> dict[str, tuple[str, Stored]]:
     """BlinkDL's names are the canonical ones; its per-channel vectors are saved [1, 1, C]."""
     return {n: (n, UNSQUEEZED if n.rsplit(".", 1)[-1] in _UNSQUEEZED_1x1 else AS_IS) for n in canonical}
 
@@ -69,12 +69,12 @@ def load_blinkdl(source: TensorSource) -> tuple[RWKV7Config, TensorSource]:
     optional = {"blocks.0.att.v0": (1, 1, cfg.value_size), "blocks.0.att.v1": (cfg.hidden_size, cfg.v_lora),
                 "blocks.0.att.v2": (cfg.v_lora, cfg.value_size)}  # fmt: skip
     canonical = canonical_shapes(cfg)
-    return cfg, layout_view(source, canonical, blinkdl_layout(canonical), f"RWKV-7 {cfg.describe()}", optional)
+    return cfg, storage_view(source, canonical, blinkdl_storage(canonical), f"RWKV-7 {cfg.describe()}", optional)
 
 
 # --- fla / Hugging Face -----------------------------------------------------------------
 
-def fla_layout(cfg: RWKV7Config, head: str, stacked_mixes: bool) -> dict[str, tuple[str, Stored]]:
+def fla_storage(cfg: RWKV7Config, head: str, stacked_mixes: bool) -> dict[str, tuple[str, Stored]]:
     """canonical name -> (fla name, how fla stores it). `stacked_mixes`: fla between 2025-01-20
     and 2025-04-09 stored the six token-shift mixes as one `attn.x_x` [6, C] (rows r, w, k, v, a, g);
     per-channel vectors were saved [C] or [1, 1, C], depending on the fla version."""
@@ -141,6 +141,6 @@ def load_fla(config_json: Mapping[str, Any], source: TensorSource) -> tuple[RWKV
     cfg = _config_from_fla(config_json, source)
     cfg.validate()
     tied = ConfigReader(config_json, source.origin, "RWKV-7").bool("tie_word_embeddings", False)
-    layout = fla_layout(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"),
+    storage = fla_storage(cfg, head_name(tied, source, "lm_head.weight", "model.embeddings.weight"),
                         stacked_mixes="model.layers.0.attn.x_x" in source)  # fmt: skip
-    return cfg, layout_view(source, canonical_shapes(cfg), layout, f"RWKV-7 {cfg.describe()} (fla layout)")
+    return cfg, storage_view(source, canonical_shapes(cfg), storage, f"RWKV-7 {cfg.describe()} (fla layout)")
