@@ -31,15 +31,15 @@ import torch
 from ssmport import __version__
 from ssmport._quiet import python_stdout_captured
 from ssmport.architectures import LoadedModel
-from ssmport.architectures.base import INPUT_NAMES, OUTPUT_NAMES
 from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_bytes, staged_directory
 from ssmport.contract import GraphSignature, check_contract, read_signature
 from ssmport.errors import SsmportError
 from ssmport.export_options import ExportOptions
-from ssmport import growing_kv
 from ssmport.files import check_free_space
-from ssmport.graph import CausalLM
 from ssmport.interrupts import interrupts_deferred
+from ssmport.layout import Layout
+from ssmport.layouts import DEFAULT as DEFAULT_LAYOUT
+from ssmport.layouts import layout_named
 from ssmport.manifest import (
     AssetEntry,
     FunctionEntry,
@@ -50,7 +50,7 @@ from ssmport.manifest import (
     TokenizerEntry,
 )  # fmt: skip
 from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
-from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION, PREFILL_INPUT_NAMES, example_inputs
+from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION
 from ssmport.progress import Stages
 from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.auto import AutoPlan
@@ -64,7 +64,7 @@ from ssmport.reproducible import (
 )  # fmt: skip
 from ssmport.sources import load_model, source_paths, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
-from ssmport.verify import VERIFY_FUNCTION, build_verify
+from ssmport.verify import VERIFY_FUNCTION
 
 EXPORT_GATE_PROMPTS = 1
 ASSET_OVERHEAD = 1 << 20  # the asset's graph and metadata beside the weights the plan counts
@@ -119,14 +119,12 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
             with stages.stage("Measuring precision sensitivity (auto)"):
                 auto = plan_auto(model, o.size_budget)
             recipe = auto.recipe
-        longest, chunk = model.architecture.max_prefill_chunk, o.prefill_chunk
-        if o.layout == "ssmport" and chunk is not None and longest is not None and chunk > longest:
-            raise SsmportError(f"--prefill-chunk {chunk}: {model.architecture.name}'s chunkwise prefill is "
-                               f"exact for chunks of up to {longest} tokens")  # fmt: skip
+        chunk = o.prefill_chunk
+        o.layout.check_export(model.architecture, chunk)
         final = Path(out) / check_bundle_name(o.name or f"{model.name}-{recipe.name}")
         with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(model, recipe, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
-                                     o.layout, o.apple_main, auto, o.verify)  # fmt: skip
+                                     o.layout, auto, o.verify)  # fmt: skip
             bundle = Bundle(tmp, manifest)
             headline = None
             if o.gate:
@@ -172,15 +170,14 @@ def _build_bundle(
     name: str,
     stages: Stages,
     prefill_chunk: int | None,
-    layout: str = "ssmport",
-    apple_main: str = "decode",
+    layout: Layout = DEFAULT_LAYOUT,
     auto: AutoPlan | None = None,
     verify: int | None = None,
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
     builder = WeightBuilder.for_architecture(recipe, arch, on_store=stages.advance)
 
-    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, apple_main, verify)
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, verify)
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
@@ -212,13 +209,10 @@ def _build_bundle(
         asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=_asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
         notes=list(model.notes),
-        layout=layout,
+        layout=layout.name,
     )
     manifest.bundle_id = content_id(manifest.to_json())
-    if layout == "apple":
-        from ssmport.apple.export import write_files
-
-        write_files(out, manifest, model)
+    layout.write_files(out, manifest, model)
     Bundle(out, manifest).save_manifest()
     return manifest
 
@@ -251,19 +245,9 @@ class Converted:
     prefill: GraphSignature | None  # None: a decode-only program
     prefill_chunk: int | None
     specs: list  # the states of both functions, as the layout stores them
-    layout: str = "ssmport"
+    layout: Layout = DEFAULT_LAYOUT
     verify: GraphSignature | None = None  # with --verify: the function checking K drafts
     verify_rows: int | None = None
-
-
-@dataclass
-class _Function:
-    name: str
-    module: torch.nn.Module
-    example: tuple[torch.Tensor, ...]
-    inputs: tuple[str, ...]
-    outputs: tuple[str, ...]
-    dynamic_shapes: tuple | None = None
 
 
 def convert(
@@ -272,20 +256,21 @@ def convert(
     state_dtype: torch.dtype,
     stages: Stages | None = None,
     prefill_chunk: int | None = DEFAULT_CHUNK,
-    layout: str = "ssmport",
-    apple_main: str = "decode",
+    layout: str | Layout = DEFAULT_LAYOUT,
     verify: int | None = None,
 ) -> Converted:
     """Build the decode module (and the prefill module, when the architecture has one and
     `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
-    function "main" and function "prefill", sharing the weights. `layout` "apple": the
-    functions Apple's engines drive (ssmport.apple.graph), over the same blocks.
+    function "main" and function "prefill", sharing the weights, in `layout`'s form
+    (ssmport.layout; a name is read by ssmport.layouts.layout_named): "apple", the functions
+    Apple's engines drive (ssmport.apple.graph), over the same blocks.
 
     `verify` K: a third function, "verify", checking K drafted tokens per call (ssmport.verify).
 
     Every function's signature is read from the IR and checked against the contract.
     """
     stages = stages or Stages(enabled=False)
+    layout = layout_named(layout)
     arch, cfg = model.architecture, model.config
     specs = arch.state_specs(cfg, state_dtype)
     total = sum(math.prod(model.weights.shape(n)) for n in model.weights)
@@ -293,26 +278,12 @@ def convert(
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
-            checker = _verify_module(arch, module, verify) if verify and layout != "apple" else None
     _check_buffers(module, specs)
     if prefill is not None:
         prefill.eval()
         _check_buffers(prefill, specs)
-    if layout == "apple":
-        functions, specs = _apple_functions(arch, cfg, module, prefill is not None, apple_main, verify)
-    elif growing_kv.grows(specs) and isinstance(module, CausalLM):
-        functions, specs = _growing_functions(module, prefill, checker)
-    else:
-        # two distinct tensors: torch.export merges an input passed twice into one placeholder
-        example = (torch.zeros(1, 1, dtype=torch.int32), torch.zeros(1, 1, dtype=torch.int32))
-        functions = [_Function("main", module, example, INPUT_NAMES, OUTPUT_NAMES)]
-        if prefill is not None:
-            functions.append(_Function(PREFILL_FUNCTION, prefill, example_inputs(prefill_chunk), PREFILL_INPUT_NAMES,
-                                       OUTPUT_NAMES))  # fmt: skip
-        if checker is not None:
-            functions.append(_Function(VERIFY_FUNCTION, checker, example_inputs(verify), PREFILL_INPUT_NAMES,
-                                       OUTPUT_NAMES))  # fmt: skip
-    del module, prefill, checker
+    functions, specs = layout.functions(arch, cfg, specs, module, prefill, prefill_chunk, verify)
+    del module, prefill
     _return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
@@ -344,54 +315,10 @@ def convert(
                 signatures[name] = read_signature(program, name)
                 check_contract(signatures[name], inputs, outputs, specs)
     prefill_sig = signatures.get(PREFILL_FUNCTION)
-    chunk = None if prefill_sig is None else (_apple_rows(arch, specs) if layout == "apple" else prefill_chunk)
+    chunk = None if prefill_sig is None else layout.prefill_rows(arch, specs, prefill_chunk)
     verify_sig = signatures.get(VERIFY_FUNCTION)
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout, verify_sig,
                      verify if verify_sig is not None else None)  # fmt: skip
-
-
-def _verify_module(arch, decode: torch.nn.Module, k: int) -> torch.nn.Module:
-    """The verify function's module (ssmport.verify), refused where the chunk path cannot take K rows."""
-    longest = arch.max_prefill_chunk
-    if longest is not None and k > longest:
-        raise SsmportError(f"--verify {k}: {arch.name}'s chunkwise form is exact for up to {longest} tokens")
-    module = build_verify(decode, k)
-    if module is None:
-        raise SsmportError(f"--verify: {arch.name} builds its own decode module, which has no verify form")
-    return module.eval()
-
-
-def _apple_functions(arch, cfg, decode, with_prefill: bool, main_form: str,
-                     verify: int | None = None) -> tuple[list[_Function], list]:  # fmt: skip
-    from ssmport.apple import export as apple
-
-    main, prefill = apple.apple_modules(arch, cfg, decode, with_prefill, main_form)
-    checker = apple.verify_module(arch, cfg, decode, verify) if verify else None
-    functions = []
-    for name, module in ((apple.MAIN, main), (apple.PREFILL, prefill), (VERIFY_FUNCTION, checker)):
-        if module is not None:
-            example, dynamic = apple.example_and_shapes(module)
-            outputs = apple.OUTPUT_NAMES[apple.MAIN if name == VERIFY_FUNCTION else name]
-            functions.append(_Function(name, module, example, apple.INPUT_NAMES, outputs, dynamic))
-    return functions, list(main.specs)
-
-
-def _growing_functions(decode, prefill, checker) -> tuple[list[_Function], list]:
-    """The ssmport layout's functions with growing KV caches (ssmport.growing_kv)."""
-    functions = []
-    for name, lm, inputs in (("main", decode, INPUT_NAMES), (PREFILL_FUNCTION, prefill, PREFILL_INPUT_NAMES),
-                             (VERIFY_FUNCTION, checker, PREFILL_INPUT_NAMES)):  # fmt: skip
-        if lm is not None:
-            module = growing_kv.GrowingKVLM(lm).eval()
-            example, dynamic = module.example()
-            functions.append(_Function(name, module, example, inputs, OUTPUT_NAMES, dynamic))
-    return functions, list(functions[0].module.specs)
-
-
-def _apple_rows(arch, specs) -> int:
-    from ssmport.apple.export import max_rows
-
-    return max_rows(arch, specs)
 
 
 # While building, a checkpoint's memory-mapped pages are let go of every this many elements
@@ -541,8 +468,7 @@ def _rows_entry(converted: Converted, sig: GraphSignature | None, chunk: int | N
     if sig is None:
         return None
     entry = _function_entry(sig)
-    padding = "none" if converted.layout == "apple" else "valid_len"
-    return PrefillEntry(entry.function, entry.inputs, entry.outputs, chunk, padding)
+    return PrefillEntry(entry.function, entry.inputs, entry.outputs, chunk, converted.layout.padding)
 
 
 def _check_buffers(module: torch.nn.Module, specs) -> None:

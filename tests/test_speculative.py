@@ -82,7 +82,7 @@ def m1_states(path, tokens: list[int]) -> list[dict]:
     with Runner(path, prefill=False) as r:
         states = [None] * (len(tokens) + 1)
         for n, t in enumerate(tokens, 1):
-            r._main_call([t]) if r.layout == "apple" else r.step(t)
+            r._main_call([t]) if r.layout.name == "apple" else r.step(t)
             states[n] = {s.name: (r.state(s.name)[:, :, :, :n] if s.kind == "kv" else r.state(s.name))
                          for s in r.bundle.manifest.states}  # fmt: skip
     return states
