@@ -36,7 +36,7 @@ from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
 from ssmport.tokenizers import load_tokenizer
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 OPERAND_DTYPE = torch.float16  # the matmul inputs of the 16-bit recipes
 CONFIDENT_MARGIN = 0.5

@@ -21,7 +21,7 @@ import numpy as np
 
 from ssmport.bundle import Bundle
 from ssmport.exporter import export
-from ssmport.gate import bundle_tokenizer
+from ssmport.gate.run import bundle_tokenizer
 from ssmport.runtime import Runner
 from ssmport.runtime.chat import ChatSession, chat_template
 

@@ -27,7 +27,7 @@ from ssmport.exporter import export
 from ssmport.quant import RECIPES
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 # variant name: (recipe, compute dtype); "fp16" is what the integer blocks dequantize to
 VARIANTS = {

@@ -33,7 +33,7 @@ from ssmport.models.rwkv7.reference import RWKV7Reference
 from ssmport.models.rwkv7.synthetic import synthetic_init
 from ssmport.ops.deferred import apply_naive
 from ssmport.checkpoint import GeneratedSource
-from ssmport.parity import default_prompts
+from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model

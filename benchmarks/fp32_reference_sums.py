@@ -18,7 +18,7 @@ import torch
 
 from ssmport.ops.matmul import reference_sums
 from ssmport.sources import DEFAULT_SEED, load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 
 def main() -> None:

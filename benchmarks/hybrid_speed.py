@@ -193,7 +193,7 @@ def export_bundle(spec: str, out: Path, chunk: int) -> Path:
 
 
 def torch_eager_lines(model: LoadedModel, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = TorchRunner(model, "fp32")
     try:

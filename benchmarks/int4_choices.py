@@ -22,7 +22,7 @@ from ssmport.pretrained import BUNDLED
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 # name: (base recipe, overrides of its fields)
 VARIANTS = {

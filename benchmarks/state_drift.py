@@ -21,7 +21,7 @@ import torch
 from ssmport.exporter import export
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 
 def windows(a: np.ndarray, b: np.ndarray, size: int) -> list[dict]:

@@ -281,7 +281,7 @@ def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, setti
 def torch_eager_lines(preset: str, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
     """The torch eager lines, and the logits of its first PEER_CHECK_TOKENS tokens from a zero
     state (what a peer must reproduce)."""
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
     try:

@@ -16,8 +16,7 @@ stays light.
 
 from ssmport._quiet import silence_version_warning
 from ssmport.errors import BundleError, CheckpointError, SsmportError
-
-__version__ = "0.1.0"
+from ssmport.version import __version__
 
 silence_version_warning()  # coreai-torch misreads torch "2.13.0+cpu" as newer than 2.13.0
 

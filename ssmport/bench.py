@@ -151,7 +151,7 @@ def bench_torch_eager(bundle: Bundle, tokens: list[int], warmup: int, weights=No
     import torch
 
     from ssmport.sources import rebuild_bundle_source
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     out: dict = {}
     ref = TorchRunner(rebuild_bundle_source(bundle.manifest, weights), "fp32")

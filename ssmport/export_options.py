@@ -11,7 +11,7 @@ from ssmport.bundle import check_bundle_name
 from ssmport.errors import SsmportError
 from ssmport.layout import Layout
 from ssmport.layouts import layout_named
-from ssmport.parity import MAX_GATE_TOKENS
+from ssmport.gate.report import MAX_GATE_TOKENS
 from ssmport.prefill import DEFAULT_CHUNK, check_chunk
 from ssmport.quant import get_recipe
 from ssmport.quant.budget import parse_size

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from ssmport import __version__
+from ssmport.version import __version__
 from ssmport._quiet import python_stdout_captured
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import ASSET, TOKENIZER_DIR, Bundle, check_bundle_name, dir_bytes, staged_directory
@@ -128,7 +128,7 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
             bundle = Bundle(tmp, manifest)
             headline = None
             if o.gate:
-                from ssmport.gate import gate_bundle  # imports the runtime only when needed
+                from ssmport.gate.run import gate_bundle  # imports the runtime only when needed
                 from ssmport.runtime.op_count import OpLog, count_ops, summarize
 
                 # The decode count is the gate's last call (always a one-token `main` step): one
@@ -147,7 +147,7 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                     counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
                 if manifest.verify is not None:
-                    from ssmport.verify import check_against_main
+                    from ssmport.gate.checks import check_against_main
 
                     manifest.export["verify_vs_main_rel_delta"] = check_against_main(bundle)
             timings = {"stage_seconds": {k: round(v, 2) for k, v in stages.times.items()},

@@ -293,7 +293,7 @@ def _check_builder(arch: Architecture, model: LoadedModel):
 
 
 def _check_reference(arch: Architecture, model: LoadedModel, tokens: list[int]):
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = reference_logits(arch, model, tokens)
     runner = TorchRunner(model, "fp32")
@@ -306,9 +306,9 @@ def _check_reference(arch: Architecture, model: LoadedModel, tokens: list[int]):
 
 
 def _check_quant(model: LoadedModel, tokens: list[int]):
-    from ssmport.parity import run_gate
+    from ssmport.gate.report import run_gate
     from ssmport.quant import get_recipe
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     recipe = get_recipe("int8keepproj")
     candidate = TorchRunner(model, recipe.name)

@@ -27,7 +27,7 @@ from ssmport.cli.main import main as cli
 from ssmport.exporter import export
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 from test_apple_layout import describe
 
 # preset -> (its tokenizer family in tests/hybrid_files.py, its fixed states after the KV pair)

@@ -25,7 +25,7 @@ from ssmport.exporter import export
 from ssmport.manifest import DYNAMIC_DIM
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 STATES = {
     "rwkv7-pydoc": ["recState", "attnShiftState", "ffnShiftState"],

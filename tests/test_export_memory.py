@@ -18,11 +18,11 @@ from ssmport.exporter import convert, export
 from ssmport.memory import MemoryTrace, section
 from ssmport.models.rwkv7 import RWKV7
 from ssmport.models.rwkv7.config import RWKV7Config
-from ssmport.parity import default_prompts
+from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_model
-from ssmport.gate_reference import LayerStreamedReference, ReplayedReference, reference_logits
+from ssmport.gate.reference import LayerStreamedReference, ReplayedReference, reference_logits
 
 BUILTIN_TINY = [a.tiny_preset for a in architectures() if type(a).__module__.startswith("ssmport.models.") and a.tiny_preset]
 MB = 1 << 20
@@ -201,7 +201,7 @@ def test_export_peak_rss_stays_within_its_plan(tmp_path, monkeypatch):
     large model, measured where they show: the weights held twice at the end of the conversion
     (measured: 2 x plan + 130 MB with the plain converter), the program and its bytecode held
     together while writing (2 x plan + 150 MB with save_asset), weights still held after it."""
-    import ssmport.gate_reference as gr
+    import ssmport.gate.reference as gr
 
     monkeypatch.setattr(gr, "STREAM_REFERENCE_ABOVE", 0)  # the gate streams its reference here too
     model = LoadedModel(RWKV7, BOUND_CONFIG, RWKV7.synthetic_weights(BOUND_CONFIG, 0),

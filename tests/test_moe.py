@@ -169,7 +169,7 @@ def test_the_export_form_routes_alike(model, routing):
 def test_the_chat_template_travels_with_the_bundle(bundle, family):
     """The folder's tokenizer_config.json (its chat template) is copied; ssmport's chat reads it."""
     from ssmport.bundle import Bundle
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import chat_template
 
     start, end, _ = hf.CHAT_TOKENS[family.chat]

@@ -133,7 +133,7 @@ def test_manifest_states_tokenizer_and_chat_template(bundles):
     """Apple's four states with the fixture's widths; the folder's tokenizer.json and its
     tokenizer_config.json chat template travel with the bundle, as Qwen3.5's do."""
     from ssmport.bundle import Bundle
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import chat_template
 
     m = bundles["fp32"].manifest

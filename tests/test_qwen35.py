@@ -25,7 +25,7 @@ from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.sources import load_checkpoint, load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 QWEN = get_architecture("qwen3_5")
 TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 1, 95, 50]

@@ -149,7 +149,7 @@ def test_inspect_reports_kv_bytes_per_token(bundles, capsys):
 
 
 def test_chat_template_comes_from_tokenizer_config(bundles):
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import chat_template
 
     bundle = Bundle.open(bundles["text"].path)
@@ -173,7 +173,7 @@ def test_chat_reuses_the_state_across_turns(bundles, tmp_path, capsys):
 def test_chat_turn_two_equals_a_cold_replay(bundles):
     """Turn 2's first logits with the reused state equal those of the whole transcript fed
     from zero through `main`."""
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import ChatSession, chat_template
 
     bundle = Bundle.open(bundles["text"].path)

@@ -332,7 +332,7 @@ PYDOC_NEW, PYDOC_K = 96, 16
 
 @pytest.fixture(scope="module")
 def pydoc_runs(bundles, export_fn):
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime import Runner
 
     path = export_fn("rwkv7-pydoc", bundles, quant="fp32", gate=False, verify=PYDOC_K, prefill_chunk=None,

@@ -118,7 +118,7 @@ def run(args) -> int:
 def _print_validation(path) -> int:
     """A shipped model's bundle: its loss on held-out text, next to the fp32 reference's.
     Exit status 1 where it is not a finite number."""
-    from ssmport.pretrained import score_bundle
+    from ssmport.gate.checks import score_bundle
 
     scored = score_bundle(path)
     if scored is None:

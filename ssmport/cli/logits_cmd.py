@@ -37,7 +37,7 @@ def run(args) -> int:
     check_output(args.out, "--out")
     if args.backend == "torch":
         from ssmport.sources import rebuild_bundle_source
-        from ssmport.torch_runner import TorchRunner
+        from ssmport.gate.torch_runner import TorchRunner
 
         runner = TorchRunner(rebuild_bundle_source(bundle.manifest, args.weights), "fp32")
     else:

@@ -11,8 +11,8 @@ import tempfile
 
 from ssmport.bundle import Bundle
 from ssmport.exporter import export
-from ssmport.gate import gate_bundle
-from ssmport.parity import GateReport
+from ssmport.gate.run import gate_bundle
+from ssmport.gate.report import GateReport
 from ssmport.quant import RECIPES
 from ssmport.sources import rebuild_bundle_source
 
