@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.pretrained import BUNDLED
 from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
 from ssmport.runtime import Runner

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from ssmport.bundle import Bundle
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.gate.run import bundle_tokenizer
 from ssmport.runtime import Runner
 from ssmport.runtime.chat import ChatSession, chat_template

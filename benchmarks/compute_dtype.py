@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from accumulation import write_json, compare, held_out_tokens
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.quant import RECIPES
 from ssmport.runtime import Runner
 from ssmport.sources import load_model

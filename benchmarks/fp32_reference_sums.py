@@ -55,7 +55,7 @@ def main() -> None:
     if args.coreai:
         import tempfile
 
-        from ssmport.exporter import export
+        from ssmport.exporter.pipeline import export
         from ssmport.runtime import Runner
 
         with tempfile.TemporaryDirectory() as out:

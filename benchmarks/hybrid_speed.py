@@ -186,7 +186,7 @@ class TransformersHybridPeer(suite.Peer):
 
 def export_bundle(spec: str, out: Path, chunk: int) -> Path:
     """Export in this process: synthetic fp32 with prefill."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     return export(synthetic_model(spec), out, quant="fp32", gate_steps=8, prefill_chunk=chunk, progress=False,
                   overwrite=True).path  # fmt: skip

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from ssmport.architectures import LoadedModel
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
 

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import torch
 
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
 from ssmport.gate.torch_runner import TorchRunner

@@ -34,8 +34,8 @@ def __getattr__(name: str):
 
 
 def export(spec, out="out", **kwargs):
-    """Export a preset, checkpoint path or LoadedModel to a bundle; see `ssmport.exporter.export`."""
-    from ssmport.exporter import export as _export
+    """Export a preset, checkpoint path or LoadedModel to a bundle; see `ssmport.exporter.pipeline.export`."""
+    from ssmport.exporter.pipeline import export as _export
 
     return _export(spec, out, **kwargs)
 

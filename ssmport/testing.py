@@ -254,7 +254,7 @@ def _check_synthetic(arch: Architecture, model: LoadedModel, seed: int):
 
 
 def _check_states(arch: Architecture, model: LoadedModel):
-    from ssmport.exporter import _check_buffers as check_buffers  # the exporter's own check
+    from ssmport.exporter.convert import check_buffers  # the exporter's own check
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
@@ -324,7 +324,7 @@ def _check_quant(model: LoadedModel, tokens: list[int]):
 
 
 def _check_ir(arch: Architecture, model: LoadedModel, state_dtype: torch.dtype):
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
@@ -354,7 +354,7 @@ def _as_bf16_checkpoint(model: LoadedModel) -> LoadedModel:
 
 
 def _export(model: LoadedModel, out: Path):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     result = export(model, out, quant="fp32", gate_steps=8, progress=False, overwrite=True, prefill_chunk=None)
     gate = result.manifest.gate
@@ -438,7 +438,7 @@ def _has_prefill(arch: Architecture, model: LoadedModel) -> bool:
 def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], out: Path):
     """Prefill (chunks of PREFILL_CHUNK, the last one padded) == the M=1 loop on Core AI:
     the logits after the last token and every state."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
     from ssmport.runtime import Runner
 
     if not _has_prefill(arch, model):

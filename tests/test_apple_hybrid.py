@@ -24,7 +24,7 @@ from ssmport.apple import PipelinedEngine, SequentialEngine
 from ssmport.apple.sources import PREFILL_GRAPH
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
 from ssmport.sources import load_model
 from ssmport.gate.torch_runner import TorchRunner

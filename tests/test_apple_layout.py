@@ -21,7 +21,7 @@ from ssmport.apple.description import FunctionDesc, TensorDesc
 from ssmport.apple.sources import MAIN_86B363D, PREFILL_GRAPH
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.manifest import DYNAMIC_DIM
 from ssmport.runtime import Runner
 from ssmport.sources import load_model

@@ -12,7 +12,7 @@ from ir_checks import graph_texts, writes_per_state
 from rwkv7_files import rwkv_package_logits
 from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
-from ssmport.exporter import convert
+from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
@@ -143,7 +143,7 @@ def test_existing_bundle_refused_without_overwrite(blinkdl_pth, pth_fp32_bundle,
 
 
 def test_failed_export_leaves_nothing(tmp_path, export_fn, monkeypatch):
-    import ssmport.exporter as export_module
+    import ssmport.exporter.pipeline as export_module
 
     def boom(*a, **k):
         raise RuntimeError("simulated converter crash")

@@ -14,7 +14,8 @@ from kvtoy import KVTOY, KVToyConfig
 from ssmport.architectures import LoadedModel, architectures
 from ssmport.cli.main import main
 from ssmport.errors import SsmportError
-from ssmport.exporter import convert, export
+from ssmport.exporter.convert import convert
+from ssmport.exporter.pipeline import export
 from ssmport.memory import MemoryTrace, section
 from ssmport.models.rwkv7 import RWKV7
 from ssmport.models.rwkv7.config import RWKV7Config
@@ -63,7 +64,7 @@ def test_section_is_a_no_op_without_a_trace():
 
 
 def _bytecode(model, tmp_path, name, converter=None, monkeypatch=None):
-    from ssmport import exporter
+    import ssmport.exporter.convert as exporter
 
     if converter is not None:
         monkeypatch.setattr(exporter, "_releasing_converter", converter)
@@ -95,12 +96,12 @@ def test_asset_written_in_steps_equals_save_asset(tmp_path):
     """The exporter writes the asset itself (to release the program before hashing): the same
     files as coreai-core's save_asset, the same bytes but for metadata.json's creation date
     (none without SOURCE_DATE_EPOCH: ssmport.reproducible) and key order."""
-    from ssmport.exporter import _save_asset
+    from ssmport.exporter.asset import save_asset
 
     model = load_model("rwkv7-tiny", synthetic=True)
     converted = convert(model, WeightBuilder(get_recipe("fp32"), RWKV7.keeps_float), torch.float32, prefill_chunk=None)
     converted.program.save_asset(tmp_path / "theirs.aimodel")
-    _save_asset(converted, tmp_path / "ours.aimodel")
+    save_asset(converted, tmp_path / "ours.aimodel")
     assert converted.program is None
     theirs, ours = ({p.name: p for p in (tmp_path / f"{n}.aimodel").iterdir()} for n in ("theirs", "ours"))
     assert set(theirs) == set(ours) == {"main.mlirb", "main.hash", "metadata.json"}
@@ -114,7 +115,7 @@ def test_asset_written_in_steps_equals_save_asset(tmp_path):
 def test_releasing_converter_frees_only_weights_the_builder_allocated(monkeypatch):
     """An in-memory source's fp32 tensors can be stored as they are (no copy): converting
     must leave them intact (the gate reads them again), while the builder's copies are freed."""
-    from ssmport import exporter
+    import ssmport.exporter.convert as exporter
 
     model = kvtoy_model()
     before = {n: model.weights[n].clone() for n in model.weights}

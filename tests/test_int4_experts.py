@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import moe_files as mf
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.ops.matmul import Int4Experts, pack_nibbles
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.runtime import Runner

@@ -16,7 +16,7 @@ import torch
 from ir_checks import graph_texts, writes_per_state
 from mamba2_files import Geometry, transformers_logits, write_transformers_folder
 from ssmport.cli.main import main
-from ssmport.exporter import convert
+from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner

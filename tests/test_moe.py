@@ -25,7 +25,7 @@ from prefill_checks import CHUNK, assert_coreai_prefill_equals_m1_loop, eager_mo
 import hybrid_files as hf
 import moe_files as mf
 from ssmport.errors import CheckpointError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.models import moe
 from ssmport.runtime import Runner
 from ssmport.sources import load_checkpoint

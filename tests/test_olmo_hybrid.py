@@ -20,7 +20,7 @@ from prefill_checks import CHUNK, assert_coreai_prefill_equals_m1_loop
 import hybrid_files as hf
 import olmo_hybrid_files as of
 from ssmport.errors import SsmportError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
 from ssmport.sources import load_checkpoint, load_model
 
@@ -170,7 +170,7 @@ def test_int8keepproj_passes_its_gate(bundles):
 def test_one_write_per_state_in_each_function():
     from ir_checks import writes_per_state
 
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from ssmport.contract import GraphSignature, check_contract
+from ssmport.exporter.contract import GraphSignature, check_contract
 from ssmport.manifest import TensorEntry
 from ssmport.errors import SsmportError
 from ssmport.gate.report import run_gate

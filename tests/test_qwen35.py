@@ -323,7 +323,7 @@ def test_torch_runner_refuses_past_the_context():
 
 
 def test_context_is_a_kv_option(tmp_path):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     with pytest.raises(SsmportError, match="--context sizes a KV cache, and rwkv7 has none"):
         export("rwkv7-tiny", tmp_path, context=128, progress=False)

@@ -20,7 +20,7 @@ import hybrid_files as hf
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main
 from ssmport.errors import SsmportError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner, StateSnapshot
 
 CONTEXT = 128  # two chat turns; the tiny fixtures allow 256
@@ -82,7 +82,7 @@ def test_manifest_records_the_packaging_context_and_states(bundles):
 def test_one_write_per_state_in_each_function():
     import torch
 
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
     from ssmport.sources import load_model

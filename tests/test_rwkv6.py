@@ -14,7 +14,7 @@ from prefill_checks import assert_coreai_prefill_equals_m1_loop, prefill_vs_refe
 from rwkv6_files import Dims, blinkdl_state_dict, fla_from_blinkdl, rwkv_package_run, write_pth
 from rwkv7_files import write_hf_folder
 from ssmport.errors import CheckpointError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.ops import wkv6
 from ssmport.ops.deferred import apply_naive
 from ssmport.quant import get_recipe

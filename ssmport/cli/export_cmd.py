@@ -69,8 +69,8 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ssmport.export_options import ExportOptions
-    from ssmport.exporter import export
+    from ssmport.exporter.options import ExportOptions
+    from ssmport.exporter.pipeline import export
 
     check_int(args.seed, "--seed", 0, MAX_SEED)
     # Checked when made, before the checkpoint is read (a Hub download can take minutes).

@@ -24,7 +24,7 @@ EXPORT_GATE_STEPS = 8
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """`quant` None: the model's default recipe (exporter.default_quant). `prefill_chunk`
+    """`quant` None: the model's default recipe (ssmport.exporter.pipeline.default_quant). `prefill_chunk`
     None: a decode-only bundle (no "prefill"). `layout`: the bundle layout's name or object
     (ssmport.layout), read once into its object (ssmport.layouts.layout_named): after
     construction `options.layout` is a Layout. "apple": the functions, states and files

@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 
 from ssmport.bundle import Bundle
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.gate.run import gate_bundle
 from ssmport.gate.report import GateReport
 from ssmport.quant import RECIPES
