@@ -31,10 +31,10 @@ import torch
 from torch import nn
 
 from ssmport.exporter.pipeline import export
-from ssmport.pretrained import BUNDLED
+from ssmport.loader.pretrained import BUNDLED
 from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.tokenizers import load_tokenizer
 from ssmport.gate.torch_runner import TorchRunner
 

@@ -26,7 +26,7 @@ from accumulation import write_json, compare, held_out_tokens
 from ssmport.exporter.pipeline import export
 from ssmport.quant import RECIPES
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.gate.torch_runner import TorchRunner
 
 # variant name: (recipe, compute dtype); "fp16" is what the integer blocks dequantize to

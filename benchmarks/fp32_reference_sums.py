@@ -17,7 +17,7 @@ import dataclasses
 import torch
 
 from ssmport.ops.matmul import reference_sums
-from ssmport.sources import DEFAULT_SEED, load_model
+from ssmport.loader.resolve import DEFAULT_SEED, load_model
 from ssmport.gate.torch_runner import TorchRunner
 
 

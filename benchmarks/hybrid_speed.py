@@ -54,7 +54,7 @@ import suite  # noqa: E402
 from ssmport.architectures import LoadedModel  # noqa: E402
 from ssmport.bundle import Bundle, dir_bytes  # noqa: E402
 from ssmport.prefill import DEFAULT_CHUNK  # noqa: E402
-from ssmport.sources import DEFAULT_SEED, load_model  # noqa: E402
+from ssmport.loader.resolve import DEFAULT_SEED, load_model  # noqa: E402
 
 
 def synthetic_model(spec: str) -> LoadedModel:

@@ -24,7 +24,7 @@ from accumulation import accumulate_in_fp32, compare, write_json
 from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.gate.torch_runner import TorchRunner
 
 # name: (gate|up stack, down stack)

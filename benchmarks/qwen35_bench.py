@@ -44,7 +44,7 @@ import prefill_speed  # noqa: E402
 from ssmport.bench import bench_bundle, bench_tokens, step_times_ms  # noqa: E402
 from ssmport.bundle import Bundle, dir_bytes  # noqa: E402
 from ssmport.runtime import Runner, lowered_path  # noqa: E402
-from ssmport.sources import load_model  # noqa: E402
+from ssmport.loader.resolve import load_model  # noqa: E402
 
 
 def export_in_process_of_its_own(preset: str, recipe: str, out: Path, vocab: Path, context: int | None,

@@ -20,7 +20,7 @@ import torch
 
 from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.gate.torch_runner import TorchRunner
 
 

@@ -67,7 +67,7 @@ import ssmport
 from ssmport.bench import bench_bundle, bench_tokens, measure_read_bandwidth, step_times_ms
 from ssmport.bundle import Bundle
 from ssmport.runtime import Runner
-from ssmport.sources import DEFAULT_SEED
+from ssmport.loader.resolve import DEFAULT_SEED
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODELS = ("rwkv7-0.1b", "rwkv7-1.5b", "mamba2-130m", "gated-deltanet-340m")

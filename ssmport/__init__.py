@@ -49,7 +49,7 @@ def load(bundle):
 
 def load_model(spec, weights=None, synthetic=False, seed=0, vocab=None):
     """Resolve a preset or checkpoint to a `LoadedModel` (config + canonical weights)."""
-    from ssmport.sources import load_model as _load_model
+    from ssmport.loader.resolve import load_model as _load_model
 
     return _load_model(spec, weights=weights, synthetic=synthetic, seed=seed, vocab=vocab)
 

@@ -150,7 +150,7 @@ def bench_torch_eager(bundle: Bundle, tokens: list[int], warmup: int, weights=No
     at torch's default thread count."""
     import torch
 
-    from ssmport.sources import rebuild_bundle_source
+    from ssmport.loader.resolve import rebuild_bundle_source
     from ssmport.gate.torch_runner import TorchRunner
 
     out: dict = {}

@@ -340,7 +340,7 @@ def _as_bf16_checkpoint(model: LoadedModel) -> LoadedModel:
     read a fresh fp32 tensor, which the exporter frees once converted (memory-mapped fp32
     files and in-memory weights are never freed, so they hide a weight that is a view of a
     storage other weights share)."""
-    from ssmport.checkpoint import DictSource, MappedSource
+    from ssmport.loader.checkpoint import DictSource, MappedSource
 
     def bf16(t: torch.Tensor) -> torch.Tensor:
         return t.to(torch.bfloat16) if t.is_floating_point() else t
@@ -388,7 +388,7 @@ def _check_coreai(arch: Architecture, model: LoadedModel, bundle: Path | None, t
 
 
 def _check_strict(arch: Architecture, model: LoadedModel, checkpoint, work: Path, probe: str | None):
-    from ssmport.sources import load_checkpoint
+    from ssmport.loader.resolve import load_checkpoint
 
     if checkpoint is None:
         raise _Skip("no checkpoint given")
@@ -517,7 +517,7 @@ def _default_probe(tensors: Mapping[str, torch.Tensor]) -> str:
 
 
 def _read_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
-    from ssmport.checkpoint import open_hf_weights, open_pth
+    from ssmport.loader.checkpoint import open_hf_weights, open_pth
 
     source = open_hf_weights(checkpoint) if checkpoint.is_dir() else open_pth(checkpoint)
     return {n: source[n].clone() for n in source}

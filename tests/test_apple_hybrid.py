@@ -26,7 +26,7 @@ from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli
 from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.gate.torch_runner import TorchRunner
 from test_apple_layout import describe
 

@@ -24,7 +24,7 @@ from ssmport.cli.main import main as cli
 from ssmport.exporter.pipeline import export
 from ssmport.manifest import DYNAMIC_DIM
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.gate.torch_runner import TorchRunner
 
 STATES = {

@@ -22,7 +22,7 @@ from ssmport.models.rwkv7.config import RWKV7Config
 from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.gate.reference import LayerStreamedReference, ReplayedReference, reference_logits
 
 BUILTIN_TINY = [a.tiny_preset for a in architectures() if type(a).__module__.startswith("ssmport.models.") and a.tiny_preset]

@@ -14,7 +14,7 @@ from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [1, 5, 77, 3, 3, 300, 12, 9, 0, 383, 44, 44, 44, 2, 100, 7]
 DIMS = GDNDims()  # GVA (4 value heads on 2 q/k heads), dk 16 != dv 24

@@ -20,7 +20,7 @@ from ssmport.exporter.convert import convert
 from ssmport.exporter.pipeline import export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 from prefill_checks import (
     CHUNK,
     LENGTHS,

@@ -28,7 +28,7 @@ from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 from ssmport.tokenizers import load_tokenizer
 
 STATES = {"lfm2": ["keyCache", "valueCache", "convStates"]}
@@ -151,7 +151,7 @@ def test_chat_reuses_the_state_and_equals_a_cold_run(bundle, folder, family):
 
 def test_context_sizes_the_kv_cache_within_what_the_model_was_trained_for(folder, tmp_path):
     from ssmport.errors import SsmportError
-    from ssmport.sources import with_context
+    from ssmport.loader.resolve import with_context
 
     model = load_checkpoint(folder)
     trained = model.config.max_position_embeddings

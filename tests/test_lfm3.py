@@ -29,7 +29,7 @@ from ssmport.exporter.pipeline import export
 from ssmport.quant.roles import Role
 from ssmport.tokenizers import load_tokenizer
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 D = Lfm3Dims()
 W, CHUNK = D.window, 12

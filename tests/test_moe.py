@@ -28,7 +28,7 @@ from ssmport.errors import CheckpointError
 from ssmport.exporter.pipeline import export
 from ssmport.models import moe
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 NEAR_TIE = 1e-5  # a choice between experts whose ranked scores are this close is not compared
 

@@ -14,7 +14,7 @@ from ssmport.architectures import architectures
 from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 BUILTINS = [a for a in architectures() if type(a).__module__.startswith("ssmport.models.")]
 LOOPS = re.compile(r"coreai\.(while|for|loop)\b|scf\.(while|for)\b")

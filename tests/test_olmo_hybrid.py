@@ -22,7 +22,7 @@ import olmo_hybrid_files as of
 from ssmport.errors import SsmportError
 from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 
 TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 12, 12, 91, 0, 21, 8, 64]
 CONTEXT = 128

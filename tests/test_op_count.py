@@ -18,7 +18,7 @@ from ssmport.exporter.pipeline import export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime.op_count import count_ops
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 # IR ops that are not kernels: values, the state handles' plumbing, region terminators
 NOT_KERNELS = {"constant", "yield", "create_token", "read_handle", "write_handle", "output"}

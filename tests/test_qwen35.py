@@ -24,7 +24,7 @@ from ssmport.architectures import get_architecture
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 from ssmport.gate.torch_runner import TorchRunner
 
 QWEN = get_architecture("qwen3_5")

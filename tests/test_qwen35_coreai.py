@@ -85,7 +85,7 @@ def test_one_write_per_state_in_each_function():
     from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
-    from ssmport.sources import load_model
+    from ssmport.loader.resolve import load_model
 
     model = load_model("qwen3.5-tiny")
     program = convert(model, WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float), torch.float16,

@@ -20,7 +20,7 @@ from ssmport.ops.deferred import apply_naive
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [3, 17, 17, 250, 0, 99, 5, 318, 42, 42, 7, 1]
 DIMS = Dims()

@@ -36,7 +36,7 @@ class ExportOptions:
     the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
     most bytes under quant "auto" (ssmport.quant.auto). `weights`, `synthetic`, `seed`,
     `vocab`, `file`:
-    how a preset or checkpoint spec is loaded (ssmport.sources.load_model)."""
+    how a preset or checkpoint spec is loaded (ssmport.loader.resolve.load_model)."""
 
     quant: str | None = None
     state_dtype: str | None = DEFAULT_STATE_DTYPE  # None: the default

@@ -1,6 +1,6 @@
 """Checkpoint -> Core AI decode bundle.
 
-    load the model (ssmport.sources)
+    load the model (ssmport.loader.resolve)
     -> convert (ssmport.exporter.convert): build the export-form modules under a recipe, the
        layout's functions, torch.export, TorchConverter, the contract checked on the IR
     -> save the asset (ssmport.exporter.asset), the tokenizer, the manifest, the layout's files
@@ -48,7 +48,7 @@ from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.auto import AutoPlan
 from ssmport.quant.plan import WeightBuilder, summarize_plan
 from ssmport.reproducible import content_id
-from ssmport.sources import load_model, source_paths, with_context
+from ssmport.loader.resolve import load_model, source_paths, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
 from ssmport.version import __version__
 

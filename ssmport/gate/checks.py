@@ -1,6 +1,6 @@
 """The checks of a finished bundle that an export runs beside the gate (ssmport.gate.run):
 its `verify` function against `main` (ssmport.verify), and a shipped model's held-out score
-(ssmport.pretrained holds the data; scoring a bundle runs it, so it lives here, above both)."""
+(ssmport.loader.pretrained holds the data; scoring a bundle runs it, so it lives here, above both)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
 from ssmport.gate.report import default_prompts
 from ssmport.gate.run import bundle_tokenizer
-from ssmport.pretrained import BundledModel, bundled_model_of, validation_loss
+from ssmport.loader.pretrained import BundledModel, bundled_model_of, validation_loss
 from ssmport.quant import get_recipe
 from ssmport.quant.recipes import gate_thresholds
 from ssmport.runtime.runner import Runner

@@ -17,7 +17,7 @@ from torch import nn
 
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import Architecture
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder

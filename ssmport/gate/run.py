@@ -13,7 +13,7 @@ from ssmport.quant import get_recipe
 from ssmport.quant.recipes import gate_thresholds
 from ssmport.runtime import Runner
 from ssmport.runtime.lowering import ensure_lowered
-from ssmport.sources import rebuild_bundle_source
+from ssmport.loader.resolve import rebuild_bundle_source
 
 DEFAULT_PROMPTS = 3
 DEFAULT_STEPS = 32

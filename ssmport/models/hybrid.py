@@ -25,7 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ssmport.architectures.base import FieldsConfig
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.graph import Step
 from ssmport.models.layers import (

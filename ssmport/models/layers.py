@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, KVRows, NormHead, RingRows, Step
 from ssmport.ops import attention, delta_rule, sliding
 from ssmport.ops.conv import causal_conv

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.layers import norm_head
 from ssmport.models.mamba2.config import Mamba2Config, MixerSpec

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_head
 from ssmport.models.olmo_hybrid.checkpoints import EMBED, HEAD, NORM, attention, layer

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, AttentionMixer, DeltaRuleMixer, DeltaRuleNames, SwiGLU, norm_gain, norm_head
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, NORM, attention, layer

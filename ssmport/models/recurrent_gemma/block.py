@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.layers import (CONV_STATES, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, AttentionMixer,
                                    ScaledEmbedding, norm_gain, norm_head)  # fmt: skip
