@@ -20,7 +20,7 @@ import numpy as np
 import torch
 import pytest
 
-from ssmport.apple import PipelinedEngine, SequentialEngine
+from apple_protocol import PipelinedEngine, SequentialEngine
 from ssmport.apple.sources import PREFILL_GRAPH
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli

@@ -260,7 +260,7 @@ class Runner:
 
     def call(self, function: str, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One raw call of a function on caller-owned arrays: `states` are updated in place, as an
-        engine that owns its state buffers drives a bundle (ssmport.apple.protocol drives bundles
+        engine that owns its state buffers drives a bundle (tests/apple_protocol.py drives bundles
         this way). The runner's own states and token list are not touched."""
         from coreai.runtime import NDArray
 
