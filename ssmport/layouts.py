@@ -87,9 +87,9 @@ NAMES = tuple(_LAYOUTS)
 def layout_named(layout: str | Layout, apple_main: str | None = None) -> Layout:
     """The layout `layout` names (or `layout` itself); `apple_main`: the form of the apple
     layout's `main` (ssmport.apple.graph; None: its default)."""
-    if isinstance(layout, Layout):
-        if apple_main is not None:
-            raise SsmportError("--apple-main: give it to the layout object itself")
+    if isinstance(layout, Layout):  # read already (dataclasses.replace of an ExportOptions, say)
+        if apple_main is not None and getattr(layout, "main", None) != apple_main:
+            raise SsmportError(f"--apple-main {apple_main}: the layout given is {layout!r}")
         return layout
     kind = _LAYOUTS.get(layout)
     if kind is None:

@@ -27,6 +27,10 @@ def test_the_layouts_are_the_manifests():
 def test_a_layout_name_is_read_once_with_one_line_refusals():
     assert layout_named("apple", "chunk").main == "chunk" and layout_named("apple").main == "decode"
     assert layout_named(DEFAULT) is DEFAULT
+    chunk = layout_named("apple", "chunk")
+    assert layout_named(chunk, "chunk") is chunk  # as dataclasses.replace of an ExportOptions passes it
+    with pytest.raises(SsmportError, match="--apple-main decode: the layout given is <layout apple, main chunk>"):
+        layout_named(chunk, "decode")
     with pytest.raises(SsmportError, match="unknown --layout 'android'; choose one of: ssmport, apple"):
         layout_named("android")
     with pytest.raises(SsmportError, match="--apple-main applies to --layout apple only"):
