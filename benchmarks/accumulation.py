@@ -30,13 +30,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from ssmport.exporter import export
-from ssmport.pretrained import BUNDLED
+from ssmport.exporter.pipeline import export
+from ssmport.loader.pretrained import BUNDLED
 from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.tokenizers import load_tokenizer
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 OPERAND_DTYPE = torch.float16  # the matmul inputs of the 16-bit recipes
 CONFIDENT_MARGIN = 0.5

@@ -12,7 +12,7 @@ import time
 
 from ssmport.quant.auto import plan_auto
 from ssmport.quant.budget import parse_size
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 
 def main() -> None:

@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 
 from ssmport.bundle import Bundle
-from ssmport.exporter import export
-from ssmport.gate import bundle_tokenizer
+from ssmport.exporter.pipeline import export
+from ssmport.gate.run import bundle_tokenizer
 from ssmport.runtime import Runner
 from ssmport.runtime.chat import ChatSession, chat_template
 

@@ -23,11 +23,11 @@ import numpy as np
 import torch
 
 from accumulation import write_json, compare, held_out_tokens
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.quant import RECIPES
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 # variant name: (recipe, compute dtype); "fp16" is what the integer blocks dequantize to
 VARIANTS = {

@@ -57,7 +57,7 @@ def export_variants(spec: str, work: str, contexts: list[int], layouts: list[str
     (layout, context); no gate (the parity tests cover these graphs)."""
     from hybrid_speed import synthetic_model
 
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     model = synthetic_model(spec)
     return [str(export(model, work, quant="fp32", gate=False, progress=False, prefill_chunk=None, layout=layout,

@@ -32,11 +32,11 @@ from ssmport.models.rwkv7.checkpoints import canonical_shapes
 from ssmport.models.rwkv7.reference import RWKV7Reference
 from ssmport.models.rwkv7.synthetic import synthetic_init
 from ssmport.ops.deferred import apply_naive
-from ssmport.checkpoint import GeneratedSource
-from ssmport.parity import default_prompts
+from ssmport.loader.checkpoint import GeneratedSource
+from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 from ssmport.tokenizers import load_tokenizer
 
 

@@ -17,8 +17,8 @@ import dataclasses
 import torch
 
 from ssmport.ops.matmul import reference_sums
-from ssmport.sources import DEFAULT_SEED, load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import DEFAULT_SEED, load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 
 def main() -> None:
@@ -55,7 +55,7 @@ def main() -> None:
     if args.coreai:
         import tempfile
 
-        from ssmport.exporter import export
+        from ssmport.exporter.pipeline import export
         from ssmport.runtime import Runner
 
         with tempfile.TemporaryDirectory() as out:

@@ -18,7 +18,7 @@ from ssmport.models.gated_deltanet.quant import KEEP_FLOAT_ROLES
 from ssmport.models.gated_deltanet.quant import role as _role
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 
 def logits(model, recipe: str, keeps_float, tokens) -> np.ndarray:

@@ -45,10 +45,10 @@ def op_counts(text: str) -> collections.Counter:
 def dump(out: Path, presets: list[str], layout: str = "ssmport") -> None:
     import torch
 
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
-    from ssmport.sources import load_model
+    from ssmport.loader.resolve import load_model
 
     graphs = {}
     for preset in presets:

@@ -20,7 +20,7 @@ import torch
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 PRESETS = ("lfm2-tiny", "granite-hybrid-tiny", "nemotron-h-tiny")
 

@@ -54,7 +54,7 @@ import suite  # noqa: E402
 from ssmport.architectures import LoadedModel  # noqa: E402
 from ssmport.bundle import Bundle, dir_bytes  # noqa: E402
 from ssmport.prefill import DEFAULT_CHUNK  # noqa: E402
-from ssmport.sources import DEFAULT_SEED, load_model  # noqa: E402
+from ssmport.loader.resolve import DEFAULT_SEED, load_model  # noqa: E402
 
 
 def synthetic_model(spec: str) -> LoadedModel:
@@ -186,14 +186,14 @@ class TransformersHybridPeer(suite.Peer):
 
 def export_bundle(spec: str, out: Path, chunk: int) -> Path:
     """Export in this process: synthetic fp32 with prefill."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     return export(synthetic_model(spec), out, quant="fp32", gate_steps=8, prefill_chunk=chunk, progress=False,
                   overwrite=True).path  # fmt: skip
 
 
 def torch_eager_lines(model: LoadedModel, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = TorchRunner(model, "fp32")
     try:

@@ -44,14 +44,14 @@ sys.path.insert(0, str(HERE))
 
 from accumulation import accumulate_in_fp32, held_out_tokens, write_json  # noqa: E402
 import ssmport.models.moe as moe  # noqa: E402
-from ssmport.checkpoint import DictSource  # noqa: E402
-from ssmport.parity import default_prompts  # noqa: E402
+from ssmport.loader.checkpoint import DictSource  # noqa: E402
+from ssmport.gate.report import default_prompts  # noqa: E402
 from ssmport.quant import get_recipe  # noqa: E402
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise  # noqa: E402
 from ssmport.quant.plan import WeightBuilder  # noqa: E402
-from ssmport.sources import load_checkpoint, load_model  # noqa: E402
+from ssmport.loader.resolve import load_checkpoint, load_model  # noqa: E402
 from ssmport.tokenizers import load_tokenizer  # noqa: E402
-from ssmport.torch_runner import TorchRunner  # noqa: E402
+from ssmport.gate.torch_runner import TorchRunner  # noqa: E402
 
 
 def _fixtures() -> dict:

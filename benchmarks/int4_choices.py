@@ -18,11 +18,11 @@ import numpy as np
 import torch
 
 from accumulation import write_json, accumulate_in_fp32, compare, held_out_tokens
-from ssmport.pretrained import BUNDLED
+from ssmport.loader.pretrained import BUNDLED
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 # name: (base recipe, overrides of its fields)
 VARIANTS = {

@@ -21,11 +21,11 @@ import numpy as np
 import torch
 
 from accumulation import accumulate_in_fp32, compare, write_json
-from ssmport.parity import default_prompts
+from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 # name: (gate|up stack, down stack)
 VARIANTS = {"experts float": ("float16", "float16"), "experts int8": ("int8", "int8"),

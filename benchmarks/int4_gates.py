@@ -11,7 +11,7 @@ import tempfile
 import time
 
 from accumulation import write_json
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 
 PRESETS = ("rwkv7-tiny", "mamba2-tiny", "gated-deltanet-tiny", "qwen3.5-tiny", "lfm2-tiny", "granite-hybrid-tiny",
            "nemotron-h-tiny")  # fmt: skip

@@ -40,7 +40,7 @@ def main() -> None:
     from transformers import Lfm3Config, Lfm3ForCausalLM
 
     import ssmport
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
     from ssmport.runtime import Runner
 
     preset = dict(ssmport.presets()["lfm3-1.7b"].config)

@@ -27,9 +27,9 @@ from pathlib import Path
 import numpy as np
 
 from ssmport.architectures import LoadedModel
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 from state_drift import windows  # noqa: E402  (same per-window statistics)

@@ -19,7 +19,7 @@ import torch
 
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 # name -> (recipe, roles that stay float); None = the recipe's own rule (no keep set)
 VARIANTS = {

@@ -20,7 +20,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent))
 from coreai_micro import call_times_ms  # noqa: E402
 
-from ssmport.checkpoint import GeneratedSource  # noqa: E402
+from ssmport.loader.checkpoint import GeneratedSource  # noqa: E402
 from ssmport.models import moe  # noqa: E402
 from ssmport.quant import get_recipe  # noqa: E402
 from ssmport.quant.plan import WeightBuilder  # noqa: E402

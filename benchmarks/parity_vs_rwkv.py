@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, rwkv_package_logits, write_hf_folder, write_pth  # noqa: E402
 
-from ssmport.exporter import export  # noqa: E402
+from ssmport.exporter.pipeline import export  # noqa: E402
 from ssmport.runtime import Runner  # noqa: E402
 
 TOKENS = [1, 45, 45, 300, 7, 0, 19, 222, 5, 5, 5, 128, 64, 2, 319, 11]

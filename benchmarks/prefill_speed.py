@@ -39,7 +39,7 @@ from coreai_micro import call_times_ms
 from profile_ops import by_op_type, profile
 
 from ssmport.bundle import Bundle, dir_bytes
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.ops.matmul import FloatMatmul
 from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.quant.roles import Role

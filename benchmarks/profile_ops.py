@@ -42,7 +42,7 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main")
     with Runner(bundle, profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end)) as runner:
         if function == "main":
             call = lambda: runner.step(int(rng.integers(1, runner.vocab_size)))  # noqa: E731
-        elif runner.has_prefill and runner.layout == "ssmport":
+        elif runner.has_prefill and runner.layout.name == "ssmport":
 
             def call() -> None:
                 runner.reset()

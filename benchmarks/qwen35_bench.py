@@ -44,7 +44,7 @@ import prefill_speed  # noqa: E402
 from ssmport.bench import bench_bundle, bench_tokens, step_times_ms  # noqa: E402
 from ssmport.bundle import Bundle, dir_bytes  # noqa: E402
 from ssmport.runtime import Runner, lowered_path  # noqa: E402
-from ssmport.sources import load_model  # noqa: E402
+from ssmport.loader.resolve import load_model  # noqa: E402
 
 
 def export_in_process_of_its_own(preset: str, recipe: str, out: Path, vocab: Path, context: int | None,
@@ -114,7 +114,7 @@ def reuse_vs_same_call_replay(bundle: Bundle, history: int) -> dict:
     """Turn 2 with the state the session kept vs a fresh state driven through the very same
     calls (turn 1's prompt feed, its reply one step at a time, turn 2's feed): a snapshot and a
     held state must change nothing, so the logits are expected bit-identical."""
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import ChatSession, chat_template
 
     tok = bundle_tokenizer(bundle)

@@ -13,7 +13,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 import recurrent_gemma_files as rf  # noqa: E402
-from ssmport.exporter import export  # noqa: E402
+from ssmport.exporter.pipeline import export  # noqa: E402
 from ssmport.runtime import Runner  # noqa: E402
 
 

@@ -29,8 +29,8 @@ import ssmport
 if not ssmport.__file__.startswith(sys.argv[3]):
     print(f"imported ssmport from {ssmport.__file__}, not from {sys.argv[3]}", file=sys.stderr)
     raise SystemExit(3)
-from ssmport.exporter import export
-from ssmport.sources import load_model
+from ssmport.exporter.pipeline import export
+from ssmport.loader.resolve import load_model
 print(export(load_model(sys.argv[1], synthetic=True), sys.argv[2], quant="fp32", gate_steps=8, prefill_chunk=64,
              progress=False, overwrite=True).path)"""
 

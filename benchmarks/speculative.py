@@ -48,7 +48,7 @@ def best_ms(runner, call, repeats: int = 10) -> float:
 
 def measure(path: str, text: str, n: int) -> dict:
     from ssmport.drafters import BundleDrafter, LookupDrafter
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime import Runner
     from ssmport.runtime.op_count import OpLog, summarize
 

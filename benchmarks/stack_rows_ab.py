@@ -25,7 +25,7 @@ import torch
 
 from ssmport.bench import bench_tokens, step_times_ms
 from ssmport.bundle import Bundle
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
 from ssmport.runtime.op_count import count_ops
 

@@ -18,10 +18,10 @@ import time
 import numpy as np
 import torch
 
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 
 def windows(a: np.ndarray, b: np.ndarray, size: int) -> list[dict]:

@@ -67,7 +67,7 @@ import ssmport
 from ssmport.bench import bench_bundle, bench_tokens, measure_read_bandwidth, step_times_ms
 from ssmport.bundle import Bundle
 from ssmport.runtime import Runner
-from ssmport.sources import DEFAULT_SEED
+from ssmport.loader.resolve import DEFAULT_SEED
 
 HERE = Path(__file__).resolve().parent
 DEFAULT_MODELS = ("rwkv7-0.1b", "rwkv7-1.5b", "mamba2-130m", "gated-deltanet-340m")
@@ -281,7 +281,7 @@ def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, setti
 def torch_eager_lines(preset: str, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
     """The torch eager lines, and the logits of its first PEER_CHECK_TOKENS tokens from a zero
     state (what a peer must reproduce)."""
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
     try:

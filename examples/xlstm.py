@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ssmport
-from ssmport.checkpoint import DictSource, MappedSource, TensorSource, check_strict
+from ssmport.loader.checkpoint import DictSource, MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 from ssmport.graph import Embedding, NormHead
 from ssmport.ops.norms import rms_norm

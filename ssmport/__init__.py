@@ -16,8 +16,7 @@ stays light.
 
 from ssmport._quiet import silence_version_warning
 from ssmport.errors import BundleError, CheckpointError, SsmportError
-
-__version__ = "0.1.0"
+from ssmport.version import __version__
 
 silence_version_warning()  # coreai-torch misreads torch "2.13.0+cpu" as newer than 2.13.0
 
@@ -35,8 +34,8 @@ def __getattr__(name: str):
 
 
 def export(spec, out="out", **kwargs):
-    """Export a preset, checkpoint path or LoadedModel to a bundle; see `ssmport.exporter.export`."""
-    from ssmport.exporter import export as _export
+    """Export a preset, checkpoint path or LoadedModel to a bundle; see `ssmport.exporter.pipeline.export`."""
+    from ssmport.exporter.pipeline import export as _export
 
     return _export(spec, out, **kwargs)
 
@@ -50,7 +49,7 @@ def load(bundle):
 
 def load_model(spec, weights=None, synthetic=False, seed=0, vocab=None):
     """Resolve a preset or checkpoint to a `LoadedModel` (config + canonical weights)."""
-    from ssmport.sources import load_model as _load_model
+    from ssmport.loader.resolve import load_model as _load_model
 
     return _load_model(spec, weights=weights, synthetic=synthetic, seed=seed, vocab=vocab)
 

@@ -150,8 +150,8 @@ def bench_torch_eager(bundle: Bundle, tokens: list[int], warmup: int, weights=No
     at torch's default thread count."""
     import torch
 
-    from ssmport.sources import rebuild_bundle_source
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.loader.resolve import rebuild_bundle_source
+    from ssmport.gate.torch_runner import TorchRunner
 
     out: dict = {}
     ref = TorchRunner(rebuild_bundle_source(bundle.manifest, weights), "fp32")

@@ -228,7 +228,7 @@ class Manifest:
     name: str
     architecture: str
     config: dict[str, Any]
-    source: dict[str, Any]  # provenance: kind, path / preset / seed (see ssmport.sources)
+    source: dict[str, Any]  # provenance: kind, path / preset / seed (see ssmport.loader.resolve)
     synthetic_weights: bool
     recipe: RecipeEntry
     main: FunctionEntry

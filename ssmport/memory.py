@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import ctypes
+import gc
 import resource
 import sys
 import time
@@ -158,3 +160,16 @@ class TracedStages(Stages):
     def stage(self, name: str, total: float | None = 1) -> Iterator[Stages]:
         with section(name), super().stage(name, total) as stages:
             yield stages
+
+
+def return_freed_memory() -> None:
+    """Collect garbage and hand freed heap pages back to the OS (glibc keeps them otherwise)."""
+    gc.collect()
+    trim_heap()
+
+
+def trim_heap() -> None:
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc: nothing to trim
+        pass

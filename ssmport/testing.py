@@ -254,7 +254,7 @@ def _check_synthetic(arch: Architecture, model: LoadedModel, seed: int):
 
 
 def _check_states(arch: Architecture, model: LoadedModel):
-    from ssmport.exporter import _check_buffers as check_buffers  # the exporter's own check
+    from ssmport.exporter.convert import check_buffers  # the exporter's own check
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
@@ -293,7 +293,7 @@ def _check_builder(arch: Architecture, model: LoadedModel):
 
 
 def _check_reference(arch: Architecture, model: LoadedModel, tokens: list[int]):
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = reference_logits(arch, model, tokens)
     runner = TorchRunner(model, "fp32")
@@ -306,9 +306,9 @@ def _check_reference(arch: Architecture, model: LoadedModel, tokens: list[int]):
 
 
 def _check_quant(model: LoadedModel, tokens: list[int]):
-    from ssmport.parity import run_gate
+    from ssmport.gate.report import run_gate
     from ssmport.quant import get_recipe
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     recipe = get_recipe("int8keepproj")
     candidate = TorchRunner(model, recipe.name)
@@ -324,7 +324,7 @@ def _check_quant(model: LoadedModel, tokens: list[int]):
 
 
 def _check_ir(arch: Architecture, model: LoadedModel, state_dtype: torch.dtype):
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
@@ -340,7 +340,7 @@ def _as_bf16_checkpoint(model: LoadedModel) -> LoadedModel:
     read a fresh fp32 tensor, which the exporter frees once converted (memory-mapped fp32
     files and in-memory weights are never freed, so they hide a weight that is a view of a
     storage other weights share)."""
-    from ssmport.checkpoint import DictSource, MappedSource
+    from ssmport.loader.checkpoint import DictSource, MappedSource
 
     def bf16(t: torch.Tensor) -> torch.Tensor:
         return t.to(torch.bfloat16) if t.is_floating_point() else t
@@ -354,7 +354,7 @@ def _as_bf16_checkpoint(model: LoadedModel) -> LoadedModel:
 
 
 def _export(model: LoadedModel, out: Path):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     result = export(model, out, quant="fp32", gate_steps=8, progress=False, overwrite=True, prefill_chunk=None)
     gate = result.manifest.gate
@@ -388,7 +388,7 @@ def _check_coreai(arch: Architecture, model: LoadedModel, bundle: Path | None, t
 
 
 def _check_strict(arch: Architecture, model: LoadedModel, checkpoint, work: Path, probe: str | None):
-    from ssmport.sources import load_checkpoint
+    from ssmport.loader.resolve import load_checkpoint
 
     if checkpoint is None:
         raise _Skip("no checkpoint given")
@@ -438,7 +438,7 @@ def _has_prefill(arch: Architecture, model: LoadedModel) -> bool:
 def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], out: Path):
     """Prefill (chunks of PREFILL_CHUNK, the last one padded) == the M=1 loop on Core AI:
     the logits after the last token and every state."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
     from ssmport.runtime import Runner
 
     if not _has_prefill(arch, model):
@@ -517,7 +517,7 @@ def _default_probe(tensors: Mapping[str, torch.Tensor]) -> str:
 
 
 def _read_tensors(checkpoint: Path) -> dict[str, torch.Tensor]:
-    from ssmport.checkpoint import open_hf_weights, open_pth
+    from ssmport.loader.checkpoint import open_hf_weights, open_pth
 
     source = open_hf_weights(checkpoint) if checkpoint.is_dir() else open_pth(checkpoint)
     return {n: source[n].clone() for n in source}

@@ -25,8 +25,6 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch import nn
 
-    from ssmport.bundle import Bundle
-
 VERIFY_FUNCTION = "verify"
 # The most drafts one call may check: acceptance falls off long before (each draft must hold
 # for the next to count), and the call's cost grows with its rows.
@@ -51,30 +49,4 @@ def build_verify(decode: nn.Module, k: int) -> nn.Module | None:
     return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=k, all_logits=True)
 
 
-def check_against_main(bundle: Bundle) -> float:
-    """The export's check of `verify`: its logits for K tokens against `main`'s, fed one by one,
-    within the recipe's gate bound (relative to the logit scale); the relative delta. One line
-    (and no bundle) when over it."""
-    import numpy as np
-
-    from ssmport.errors import SsmportError
-    from ssmport.parity import default_prompts
-    from ssmport.quant import get_recipe
-    from ssmport.quant.recipes import gate_thresholds
-    from ssmport.runtime.runner import Runner
-
-    m = bundle.manifest
-    bound = gate_thresholds(get_recipe(m.recipe.name), m.recipe.state_dtype, m.main.outputs[0].dtype).max_rel_logit_delta
-    with Runner(bundle, prefill=False) as runner:
-        tokens = default_prompts(m.vocab_size, 1, runner.verify_rows)[0][: runner.verify_rows]
-        want = runner.step_each(tokens).astype(np.float64)
-        runner.reset()
-        got = runner.verify(tokens).astype(np.float64)
-    rel = float(np.abs(got - want).max() / max(1.0, np.abs(want).max()))
-    if not rel <= bound:
-        raise SsmportError(f"the verify function's logits differ from main's by {rel:.2e} of the logit scale (the "
-                           f"{m.recipe.name} gate allows {bound:.2g}); export without --verify")  # fmt: skip
-    return rel
-
-
-__all__ = ["MAX_VERIFY", "VERIFY_FUNCTION", "build_verify", "check_against_main", "check_verify"]
+__all__ = ["MAX_VERIFY", "VERIFY_FUNCTION", "build_verify", "check_verify"]

@@ -75,7 +75,7 @@ def bundles(tmp_path_factory) -> Path:
 
 
 def _export(spec, out, **kw):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     return export(str(spec), out, progress=False, **kw)
 
@@ -107,7 +107,7 @@ def scratch_bundle(pth_fp32_bundle, tmp_path):
 def multi_function_bundle(bundles):
     """rwkv7-tiny (synthetic, fp32, World tokenizer) with its two functions, `main` and
     `prefill`: the shape of asset that made the Swift runtime abort at interpreter exit."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     result = export("rwkv7-tiny", bundles, synthetic=True, quant="fp32", gate=False, progress=False,
                     name="rwkv7-tiny-two-functions", prefill_chunk=8)  # fmt: skip
@@ -119,7 +119,7 @@ def multi_function_bundle(bundles):
 def world_bundle(tmp_path_factory) -> dict[str, Path]:
     """A tiny RWKV-7 bundle with a small World tokenizer, a prefill function and a gate record
     (tests of what commands do with a bundle's files); `pth` is its source."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
     from test_bad_inputs import small_world_vocab
 
     root = tmp_path_factory.mktemp("world-bundle")

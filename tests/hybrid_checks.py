@@ -18,8 +18,8 @@ import hybrid_files as hf
 from ssmport.errors import CheckpointError
 from ssmport.runtime import Runner
 from ssmport.runtime.chat import ChatSession, ChatTemplate
-from ssmport.sources import load_checkpoint
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_checkpoint
+from ssmport.gate.torch_runner import TorchRunner
 
 TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 12, 12, 91, 0]  # a repeat: the state must carry
 CORE_AI_ATOL = 2e-3  # fp32 bundle vs transformers' fp32 torch path (the issue's bound)

@@ -1,4 +1,4 @@
-"""Reading a converted program's printed IR, independently of ssmport.contract."""
+"""Reading a converted program's printed IR, independently of ssmport.exporter.contract."""
 
 from __future__ import annotations
 

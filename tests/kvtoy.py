@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ssmport
-from ssmport.checkpoint import DictSource
+from ssmport.loader.checkpoint import DictSource
 from ssmport.graph import Embedding, NormHead, Step
 from ssmport.models.layers import KEY_CACHE, VALUE_CACHE
 from ssmport.models.layers.attention import AttentionMixer, AttentionNames, AttentionSpec

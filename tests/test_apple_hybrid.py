@@ -20,14 +20,14 @@ import numpy as np
 import torch
 import pytest
 
-from ssmport.apple import PipelinedEngine, SequentialEngine
+from apple_protocol import PipelinedEngine, SequentialEngine
 from ssmport.apple.sources import PREFILL_GRAPH
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 from test_apple_layout import describe
 
 # preset -> (its tokenizer family in tests/hybrid_files.py, its fixed states after the KV pair)

@@ -5,7 +5,7 @@ RWKV-6 on their tiny presets), with the default one-token `main` (and Mamba-2 wi
 the functions have the signatures the engines accept (docs/apple-engines.md), the states are
 three fixed ones, metadata.json and the tokenizer files are there, check-engine says which
 engines drive it, the gate passes, and a multi-turn conversation fed exactly as Apple's
-sequential engine feeds it (ssmport.apple.protocol, over the real runtime) generates the ids
+sequential engine feeds it (tests/apple_protocol.py, over the real runtime) generates the ids
 ssmport's own runner generates.
 """
 
@@ -16,16 +16,17 @@ import json
 import numpy as np
 import pytest
 
-from ssmport.apple import SequentialEngine, describe_directory
+from apple_protocol import SequentialEngine
+from ssmport.apple import describe_directory
 from ssmport.apple.description import FunctionDesc, TensorDesc
 from ssmport.apple.sources import MAIN_86B363D, PREFILL_GRAPH
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.manifest import DYNAMIC_DIM
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 STATES = {
     "rwkv7-pydoc": ["recState", "attnShiftState", "ffnShiftState"],

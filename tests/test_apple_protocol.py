@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from apple_toys import ATTENTION, HYBRID, RECURRENT_2, RECURRENT_3, VOCAB, ToyModel, reference_generate, toy_bundle
 
-from ssmport.apple.protocol import (
+from apple_protocol import (
     EngineError,
     PipelinedEngine,
     SequentialEngine,

@@ -50,7 +50,7 @@ def small_world_vocab() -> str:
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory, blinkdl_pth, pth_fp32_bundle):
     """The files and bundles every case may read (and none may change), made once."""
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
     from ssmport.runtime import Runner
 
     root = tmp_path_factory.mktemp("bad-inputs-shared")

@@ -6,7 +6,7 @@ import math
 
 from ssmport.bench import measure_read_bandwidth, state_bytes, weight_bytes_per_token
 from ssmport.bundle import Bundle, dir_bytes
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 
 
 def test_weight_bytes_per_token_reads_one_embedding_row(pth_fp32_bundle, blinkdl_pth, tmp_path):

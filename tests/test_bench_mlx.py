@@ -31,7 +31,7 @@ FP32_ONLY = 1e-5  # both sides fp32: summation order only (measured <= 3.2e-6 of
 
 def _ssmport_logits(spec: str) -> np.ndarray:
     import ssmport
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = TorchRunner(ssmport.load_model(spec, synthetic=not Path(spec).exists()), "fp32")
     ref.reset()

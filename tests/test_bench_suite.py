@@ -55,7 +55,7 @@ def test_peer_agreement_is_relative_to_the_logit_scale():
 
 def _ssmport_logits(preset: str, tokens: list[int] = TOKENS) -> np.ndarray:
     import ssmport
-    from ssmport.torch_runner import TorchRunner
+    from ssmport.gate.torch_runner import TorchRunner
 
     ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
     ref.reset()
@@ -130,7 +130,7 @@ sys.path[:0] = {[str(Path(__file__).parent), str(Path(suite.__file__).parent)]!r
 import suite
 from rwkv6_files import Dims, blinkdl_state_dict, write_pth
 import ssmport
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 pth = write_pth(__import__("pathlib").Path({str(tmp_path)!r}) / "x060.pth", blinkdl_state_dict(Dims(), seed=3))
 ref = TorchRunner(ssmport.load_model(str(pth)), "fp32")
 ref.reset()

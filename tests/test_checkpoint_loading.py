@@ -11,7 +11,7 @@ import torch
 import ssmport
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
 from ssmport.errors import CheckpointError, SsmportError
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 
 
 def test_config_derived_from_shapes(tmp_path):
@@ -205,7 +205,7 @@ def test_a_checkpoint_differing_from_its_preset_in_one_declared_key_is_refused(p
     import dataclasses
 
     from ssmport.architectures import get_architecture, presets
-    from ssmport.sources import _check_matches_preset
+    from ssmport.loader.resolve import _check_matches_preset
 
     p = presets()[preset]
     arch = get_architecture(p.architecture)

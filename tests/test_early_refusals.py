@@ -7,7 +7,7 @@ import shutil
 
 import pytest
 
-import ssmport.exporter
+import ssmport.exporter.pipeline
 from hybrid_files import write_tokenizer
 from test_errors import assert_no_bundle, assert_one_line, run_cli
 
@@ -23,7 +23,7 @@ def test_a_bad_tokenizer_config_is_refused_before_the_conversion(fla_folder, tmp
     def no_conversion(*args, **kwargs):
         raise AssertionError("the conversion started")
 
-    monkeypatch.setattr(ssmport.exporter, "convert", no_conversion)
+    monkeypatch.setattr(ssmport.exporter.pipeline, "convert", no_conversion)
     code, out, err = run_cli(capsys, "export", folder, "-o", tmp_path / "out", "--quant", "fp32", "--no-gate", "-q")
     assert_one_line(code, out, err, f"{folder / 'tokenizer_config.json'}: {said}")
     assert_no_bundle(tmp_path / "out")

@@ -188,7 +188,7 @@ def test_a_failed_export_removes_the_folders_it_made(tmp_path):
 
 def test_disk_full_during_export(tmp_path, capsys, monkeypatch):
     """Simulated: the asset write fails with ENOSPC half-way through."""
-    import ssmport.exporter as exporter
+    import ssmport.exporter.pipeline as exporter
 
     def full(model, out):
         (out / "tokenizer").mkdir()

@@ -12,11 +12,11 @@ from ir_checks import graph_texts, writes_per_state
 from rwkv7_files import rwkv_package_logits
 from ssmport.bundle import Bundle
 from ssmport.errors import SsmportError
-from ssmport.exporter import convert
+from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [1, 45, 45, 300, 7, 0, 19, 222, 5, 5, 5, 128, 64, 2, 319, 11]
 
@@ -143,7 +143,7 @@ def test_existing_bundle_refused_without_overwrite(blinkdl_pth, pth_fp32_bundle,
 
 
 def test_failed_export_leaves_nothing(tmp_path, export_fn, monkeypatch):
-    import ssmport.exporter as export_module
+    import ssmport.exporter.pipeline as export_module
 
     def boom(*a, **k):
         raise RuntimeError("simulated converter crash")

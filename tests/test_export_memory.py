@@ -14,15 +14,16 @@ from kvtoy import KVTOY, KVToyConfig
 from ssmport.architectures import LoadedModel, architectures
 from ssmport.cli.main import main
 from ssmport.errors import SsmportError
-from ssmport.exporter import convert, export
+from ssmport.exporter.convert import convert
+from ssmport.exporter.pipeline import export
 from ssmport.memory import MemoryTrace, section
 from ssmport.models.rwkv7 import RWKV7
 from ssmport.models.rwkv7.config import RWKV7Config
-from ssmport.parity import default_prompts
+from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
-from ssmport.gate_reference import LayerStreamedReference, ReplayedReference, reference_logits
+from ssmport.loader.resolve import load_model
+from ssmport.gate.reference import LayerStreamedReference, ReplayedReference, reference_logits
 
 BUILTIN_TINY = [a.tiny_preset for a in architectures() if type(a).__module__.startswith("ssmport.models.") and a.tiny_preset]
 MB = 1 << 20
@@ -63,7 +64,7 @@ def test_section_is_a_no_op_without_a_trace():
 
 
 def _bytecode(model, tmp_path, name, converter=None, monkeypatch=None):
-    from ssmport import exporter
+    import ssmport.exporter.convert as exporter
 
     if converter is not None:
         monkeypatch.setattr(exporter, "_releasing_converter", converter)
@@ -95,12 +96,12 @@ def test_asset_written_in_steps_equals_save_asset(tmp_path):
     """The exporter writes the asset itself (to release the program before hashing): the same
     files as coreai-core's save_asset, the same bytes but for metadata.json's creation date
     (none without SOURCE_DATE_EPOCH: ssmport.reproducible) and key order."""
-    from ssmport.exporter import _save_asset
+    from ssmport.exporter.asset import save_asset
 
     model = load_model("rwkv7-tiny", synthetic=True)
     converted = convert(model, WeightBuilder(get_recipe("fp32"), RWKV7.keeps_float), torch.float32, prefill_chunk=None)
     converted.program.save_asset(tmp_path / "theirs.aimodel")
-    _save_asset(converted, tmp_path / "ours.aimodel")
+    save_asset(converted, tmp_path / "ours.aimodel")
     assert converted.program is None
     theirs, ours = ({p.name: p for p in (tmp_path / f"{n}.aimodel").iterdir()} for n in ("theirs", "ours"))
     assert set(theirs) == set(ours) == {"main.mlirb", "main.hash", "metadata.json"}
@@ -114,7 +115,7 @@ def test_asset_written_in_steps_equals_save_asset(tmp_path):
 def test_releasing_converter_frees_only_weights_the_builder_allocated(monkeypatch):
     """An in-memory source's fp32 tensors can be stored as they are (no copy): converting
     must leave them intact (the gate reads them again), while the builder's copies are freed."""
-    from ssmport import exporter
+    import ssmport.exporter.convert as exporter
 
     model = kvtoy_model()
     before = {n: model.weights[n].clone() for n in model.weights}
@@ -201,7 +202,7 @@ def test_export_peak_rss_stays_within_its_plan(tmp_path, monkeypatch):
     large model, measured where they show: the weights held twice at the end of the conversion
     (measured: 2 x plan + 130 MB with the plain converter), the program and its bytecode held
     together while writing (2 x plan + 150 MB with save_asset), weights still held after it."""
-    import ssmport.gate_reference as gr
+    import ssmport.gate.reference as gr
 
     monkeypatch.setattr(gr, "STREAM_REFERENCE_ABOVE", 0)  # the gate streams its reference here too
     model = LoadedModel(RWKV7, BOUND_CONFIG, RWKV7.synthetic_weights(BOUND_CONFIG, 0),

@@ -14,7 +14,7 @@ from hybrid_checks import assert_config_refused, TOKENS, assert_close_to, differ
 import hybrid_files as hf
 from ssmport.architectures import get_architecture, presets
 from ssmport.errors import CheckpointError
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 SCALARS = ("embedding_multiplier", "lm_head_multiplier", "attention_in_multiplier", "attention_out_multiplier",
            "key_multiplier", "ssm_in_multiplier", "ssm_out_multiplier")  # fmt: skip

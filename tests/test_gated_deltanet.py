@@ -13,7 +13,7 @@ from gdn_files import GDNDims, fla_gdn_config, fla_gdn_tensors, transformers_ref
 from ssmport.errors import CheckpointError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 
 TOKENS = [1, 5, 77, 3, 3, 300, 12, 9, 0, 383, 44, 44, 44, 2, 100]
 

@@ -10,11 +10,11 @@ import torch
 from ir_checks import writes_per_state
 from gdn_files import GDNDims, transformers_reference_logits, write_gdn_folder
 from ssmport.cli.main import main
-from ssmport.exporter import convert
+from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [1, 5, 77, 3, 3, 300, 12, 9, 0, 383, 44, 44, 44, 2, 100, 7]
 DIMS = GDNDims()  # GVA (4 value heads on 2 q/k heads), dk 16 != dv 24
@@ -27,7 +27,7 @@ def gdn_folder(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gdn_bundle(gdn_folder, tmp_path_factory):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     return export(str(gdn_folder), tmp_path_factory.mktemp("gdn-bundles"), quant="fp32", gate_steps=6, progress=False)
 
@@ -69,7 +69,7 @@ def test_each_state_written_once_in_ir(gdn_folder):
 
 
 def test_int8keepproj_bundle_gated(gdn_folder, tmp_path):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     result = export(str(gdn_folder), tmp_path, quant="int8keepproj", gate_steps=4, progress=False)
     assert result.manifest.gate.passed, result.manifest.gate

@@ -16,10 +16,11 @@ from gdn_files import GDNDims, write_gdn_folder
 from ir_checks import graph_texts, writes_per_state
 from ssmport.ops.delta_rule import chunk as delta_rule_chunk
 from ssmport.ops.delta_rule import step as delta_rule_step
-from ssmport.exporter import convert, export
+from ssmport.exporter.convert import convert
+from ssmport.exporter.pipeline import export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 from prefill_checks import (
     CHUNK,
     LENGTHS,

@@ -14,7 +14,7 @@ from hybrid_checks import assert_config_refused, TOKENS, assert_close_to, differ
 
 import hybrid_files as hf
 from ssmport.architectures import get_architecture, presets
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 MULTIPLIERS = ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")
 

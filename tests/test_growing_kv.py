@@ -21,7 +21,7 @@ from ssmport.errors import SsmportError
 from ssmport.runtime import Runner
 from ssmport.runtime.kv_growth import positions_for
 from ssmport.runtime.op_count import OpLog, summarize
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 HELD = 100  # tokens of history when the decode call is counted (the figure)
 CONTEXTS = (512, 4096)

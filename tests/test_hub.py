@@ -28,7 +28,7 @@ from fake_hub import FakeHub, set_hub_env
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, write_hf_folder, write_pth
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.models.rwkv7 import RWKV7
-from ssmport.sources import load_model, rebuild_source
+from ssmport.loader.resolve import load_model, rebuild_source
 from test_errors import assert_no_bundle, assert_one_line, run_cli
 
 HF_KEYS = ("HF_ENDPOINT", "HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_TOKEN", "HF_HUB_DISABLE_XET")
@@ -318,7 +318,7 @@ def test_several_checkpoints_need_file(hub, pth_bytes, tmp_path, capsys):
 def test_dropped_connection_resumes(hub, tmp_path):
     """The server cuts a 24 MB file at 60%: the client asks for the rest (Range, from the last
     whole 10 MB chunk it wrote) and the cached file is whole and verified."""
-    from ssmport.hub import fetch
+    from ssmport.loader.hub import fetch
 
     data = random.Random(5).randbytes(24 << 20)
     hub.add_repo("org/big", {"big.pth": data})

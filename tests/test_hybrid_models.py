@@ -22,12 +22,13 @@ from prefill_checks import CHUNK, LENGTHS, assert_coreai_prefill_equals_m1_loop
 
 import hybrid_files as hf
 from ssmport.errors import CheckpointError
-from ssmport.exporter import convert, export
+from ssmport.exporter.convert import convert
+from ssmport.exporter.pipeline import export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 from ssmport.tokenizers import load_tokenizer
 
 STATES = {"lfm2": ["keyCache", "valueCache", "convStates"]}
@@ -98,7 +99,7 @@ def test_prefill_equals_the_m1_loop(bundle, n):
 
 
 def test_each_state_is_written_once_per_function(tmp_path):
-    """Read from the IR independently of ssmport.contract (which checks it at every export),
+    """Read from the IR independently of ssmport.exporter.contract (which checks it at every export),
     on Nemotron-H: all four states and a stateless layer (a conversion takes ~10 s)."""
     model = load_checkpoint(FAMILIES["nemotron-h"].write(tmp_path / "nemotron-h"))
     program = convert(model, WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float), torch.float32,
@@ -150,7 +151,7 @@ def test_chat_reuses_the_state_and_equals_a_cold_run(bundle, folder, family):
 
 def test_context_sizes_the_kv_cache_within_what_the_model_was_trained_for(folder, tmp_path):
     from ssmport.errors import SsmportError
-    from ssmport.sources import with_context
+    from ssmport.loader.resolve import with_context
 
     model = load_checkpoint(folder)
     trained = model.config.max_position_embeddings

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 import moe_files as mf
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.ops.matmul import Int4Experts, pack_nibbles
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.runtime import Runner
-from ssmport.sources import load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 TOKENS = [3, 17, 41, 5, 88, 23]
 

@@ -1,7 +1,7 @@
 """A positional ("kv") state end to end, on the test-only hybrid tests/kvtoy.py.
 
 Decode writes each token's K/V at its position, prefill writes a chunk's rows, each state is
-written once per function (read from the IR independently of ssmport.contract), the Core AI
+written once per function (read from the IR independently of ssmport.exporter.contract), the Core AI
 bundle matches the plain reference loop and its own M=1 loop, a snapshot of the KV rows plus
 the length restores exactly, and feeding past the context is one clear error. The toy is not
 registered: it is exported as a LoadedModel, so this process's registry is untouched.
@@ -18,7 +18,8 @@ from prefill_checks import CHUNK, LENGTHS, assert_coreai_prefill_equals_m1_loop,
 
 from ssmport.architectures import LoadedModel
 from ssmport.errors import SsmportError
-from ssmport.exporter import convert, export
+from ssmport.exporter.convert import convert
+from ssmport.exporter.pipeline import export
 from ssmport.graph import CausalLM
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder

@@ -15,7 +15,7 @@ import hybrid_files as hf
 from ssmport.architectures import get_architecture, presets
 from ssmport.cli.main import main
 from ssmport.models.lfm2.config import mlp_width
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 
 @pytest.fixture(scope="module")

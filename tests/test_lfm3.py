@@ -25,11 +25,11 @@ from prefill_checks import assert_coreai_prefill_equals_m1_loop, assert_snapshot
 
 from ssmport.architectures import get_architecture, presets
 from ssmport.errors import CheckpointError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.quant.roles import Role
 from ssmport.tokenizers import load_tokenizer
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 D = Lfm3Dims()
 W, CHUNK = D.window, 12

@@ -20,8 +20,8 @@ from ssmport.ops.deferred import apply_naive
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint, load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_checkpoint, load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 TOKENS = [1, 5, 77, 3, 3, 150, 9, 0, 12, 44, 44, 101, 7, 2, 159, 30]
 GEOMETRIES = {"mamba": MAMBA, "falcon": FALCON}  # tied K4 auto-rank; untied K3 R5 biases, dt/B/C norms

@@ -16,11 +16,11 @@ import torch
 from ir_checks import graph_texts, writes_per_state
 from mamba2_files import Geometry, transformers_logits, write_transformers_folder
 from ssmport.cli.main import main
-from ssmport.exporter import convert
+from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [1, 5, 77, 3, 3, 150, 9, 0, 12, 44, 44, 101, 7, 2, 159, 30]
 GEOMETRY = Geometry(vocab=320)  # H4 P32 N24, 2 groups; room for the test tokenizer's ids

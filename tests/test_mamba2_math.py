@@ -18,8 +18,8 @@ from mamba2_files import (
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint, load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_checkpoint, load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 TOKENS = [1, 5, 77, 3, 3, 150, 9, 0, 12, 44, 44, 101, 7, 2, 159, 30]
 GROUPS2 = Geometry()  # H4 P32 N24, 2 groups, untied head

@@ -21,7 +21,7 @@ from prefill_checks import (
     run_prefill,
 )
 from ssmport.prefill import PREFILL_FUNCTION
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -25,10 +25,10 @@ from prefill_checks import CHUNK, assert_coreai_prefill_equals_m1_loop, eager_mo
 import hybrid_files as hf
 import moe_files as mf
 from ssmport.errors import CheckpointError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.models import moe
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 NEAR_TIE = 1e-5  # a choice between experts whose ranked scores are this close is not compared
 
@@ -169,7 +169,7 @@ def test_the_export_form_routes_alike(model, routing):
 def test_the_chat_template_travels_with_the_bundle(bundle, family):
     """The folder's tokenizer_config.json (its chat template) is copied; ssmport's chat reads it."""
     from ssmport.bundle import Bundle
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import chat_template
 
     start, end, _ = hf.CHAT_TOKENS[family.chat]

@@ -15,7 +15,7 @@ from hybrid_checks import assert_config_refused, TOKENS, assert_close_to, differ
 import hybrid_files as hf
 from ssmport.architectures import get_architecture, presets
 from ssmport.errors import CheckpointError
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """No exported function of any built-in architecture contains a loop: Apple's GPU delegate
 rejects `while_loop` (`scf.while`, apple/coreai-models#212), so every prefill recurrence runs in
-a chunkwise form. Read from the printed IR, independently of ssmport.contract."""
+a chunkwise form. Read from the printed IR, independently of ssmport.exporter.contract."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 from ir_checks import graph_texts
 
 from ssmport.architectures import architectures
-from ssmport.exporter import convert
+from ssmport.exporter.convert import convert
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 BUILTINS = [a for a in architectures() if type(a).__module__.startswith("ssmport.models.")]
 LOOPS = re.compile(r"coreai\.(while|for|loop)\b|scf\.(while|for)\b")

@@ -20,9 +20,9 @@ from prefill_checks import CHUNK, assert_coreai_prefill_equals_m1_loop
 import hybrid_files as hf
 import olmo_hybrid_files as of
 from ssmport.errors import SsmportError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint, load_model
+from ssmport.loader.resolve import load_checkpoint, load_model
 
 TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 12, 12, 91, 0, 21, 8, 64]
 CONTEXT = 128
@@ -133,7 +133,7 @@ def test_manifest_states_tokenizer_and_chat_template(bundles):
     """Apple's four states with the fixture's widths; the folder's tokenizer.json and its
     tokenizer_config.json chat template travel with the bundle, as Qwen3.5's do."""
     from ssmport.bundle import Bundle
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import chat_template
 
     m = bundles["fp32"].manifest
@@ -170,7 +170,7 @@ def test_int8keepproj_passes_its_gate(bundles):
 def test_one_write_per_state_in_each_function():
     from ir_checks import writes_per_state
 
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 

@@ -13,11 +13,12 @@ from ir_checks import graph_texts
 from ssmport.bench import bench_bundle
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main as cli
-from ssmport.exporter import convert, export
+from ssmport.exporter.convert import convert
+from ssmport.exporter.pipeline import export
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime.op_count import count_ops
-from ssmport.sources import load_model
+from ssmport.loader.resolve import load_model
 
 # IR ops that are not kernels: values, the state handles' plumbing, region terminators
 NOT_KERNELS = {"constant", "yield", "create_token", "read_handle", "write_handle", "output"}

@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from ssmport.contract import GraphSignature, check_contract
+from ssmport.exporter.contract import GraphSignature, check_contract
 from ssmport.manifest import TensorEntry
 from ssmport.errors import SsmportError
-from ssmport.parity import run_gate
+from ssmport.gate.report import run_gate
 from ssmport.quant.recipes import GateThresholds, gate_thresholds, get_recipe
 from ssmport.state import StateSpec
 

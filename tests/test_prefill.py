@@ -22,7 +22,7 @@ from ssmport.prefill import PREFILL_INPUT_NAMES
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 @pytest.fixture(scope="module")
 def prefill_bundle(blinkdl_pth, bundles, export_fn):

@@ -105,7 +105,7 @@ def test_every_name_in_the_table_exists():
 
 @pytest.mark.parametrize("line, listed", [
     ("from ssmport.models.loading import _flat", False),
-    ("from ssmport.exporter import convert", False),
+    ("from ssmport.exporter.pipeline import export", False),
     ("from ssmport.models.loading import ConfigReader", True),
     ("from ssmport.ops.norms import rms_norm", True),
     ("from ssmport.models.qwen3_5.config import Qwen35Config", True),

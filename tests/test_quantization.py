@@ -15,7 +15,7 @@ from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.quant.int8 import dequantize_int8_blockwise, quantize_int8_blockwise
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 BULK = re.compile(r"blocks\.\d+\.ffn\.(key|value)\.weight|head\.weight")
 

@@ -24,8 +24,8 @@ from ssmport.architectures import get_architecture
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint, load_model
-from ssmport.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_checkpoint, load_model
+from ssmport.gate.torch_runner import TorchRunner
 
 QWEN = get_architecture("qwen3_5")
 TOKENS = [3, 17, 5, 60, 9, 11, 2, 44, 80, 7, 30, 12, 1, 95, 50]
@@ -323,7 +323,7 @@ def test_torch_runner_refuses_past_the_context():
 
 
 def test_context_is_a_kv_option(tmp_path):
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     with pytest.raises(SsmportError, match="--context sizes a KV cache, and rwkv7 has none"):
         export("rwkv7-tiny", tmp_path, context=128, progress=False)

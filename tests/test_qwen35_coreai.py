@@ -20,7 +20,7 @@ import hybrid_files as hf
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main
 from ssmport.errors import SsmportError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.runtime import Runner, StateSnapshot
 
 CONTEXT = 128  # two chat turns; the tiny fixtures allow 256
@@ -82,10 +82,10 @@ def test_manifest_records_the_packaging_context_and_states(bundles):
 def test_one_write_per_state_in_each_function():
     import torch
 
-    from ssmport.exporter import convert
+    from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
-    from ssmport.sources import load_model
+    from ssmport.loader.resolve import load_model
 
     model = load_model("qwen3.5-tiny")
     program = convert(model, WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float), torch.float16,
@@ -149,7 +149,7 @@ def test_inspect_reports_kv_bytes_per_token(bundles, capsys):
 
 
 def test_chat_template_comes_from_tokenizer_config(bundles):
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import chat_template
 
     bundle = Bundle.open(bundles["text"].path)
@@ -173,7 +173,7 @@ def test_chat_reuses_the_state_across_turns(bundles, tmp_path, capsys):
 def test_chat_turn_two_equals_a_cold_replay(bundles):
     """Turn 2's first logits with the reused state equal those of the whole transcript fed
     from zero through `main`."""
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime.chat import ChatSession, chat_template
 
     bundle = Bundle.open(bundles["text"].path)

@@ -16,10 +16,10 @@ from prefill_checks import assert_coreai_prefill_equals_m1_loop, assert_snapshot
 
 import recurrent_gemma_files as rf
 from ssmport.errors import CheckpointError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.quant.roles import Role
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 from ssmport.tokenizers import load_tokenizer
 
 CHUNK = 32  # prefill chunk: 4 windows, and two of the RG-LRU's 16-token pairwise blocks

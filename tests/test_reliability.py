@@ -137,7 +137,7 @@ def test_chat_on_the_embedded_default_continues_the_text(tmp_path, capsys):
     """rwkv7-pydoc (a docs model, not a chat model) replied with nothing to every line under
     the World chat format: its first token was the blank line that ends a reply."""
     from ssmport.cli.main import main
-    from ssmport.exporter import export
+    from ssmport.exporter.pipeline import export
 
     bundle = export("rwkv7-pydoc", tmp_path, quant="fp32", gate=False, progress=False).path
     script = tmp_path / "script.txt"

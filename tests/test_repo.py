@@ -30,7 +30,7 @@ def test_ci_runs_the_readme_test_command():
 def test_shipped_model_files_fit_the_wheel_budget():
     """The trained default ships inside the wheel, which may grow by at most 10 MB for it
     (uncompressed here; zip shrinks fp16 weights by ~8%)."""
-    shipped = ROOT / "ssmport" / "pretrained"
+    shipped = ROOT / "ssmport" / "loader" / "pretrained"
     total = sum(p.stat().st_size for p in shipped.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
     assert total <= 10 * 2**20
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from ssmport.errors import SsmportError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.reproducible import asset_metadata_json, content_id, creation_date
 
 RECIPES = ("fp32", "int8keepproj")
@@ -25,7 +25,7 @@ RECIPES = ("fp32", "int8keepproj")
 # C++ passes, which is where the last names came from.
 _EXPORT_BOTH = """
 import sys
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 for recipe in {recipes!r}:
     export("rwkv7-tiny", sys.argv[1], synthetic=True, quant=recipe, gate_steps=2, progress=False)
 """

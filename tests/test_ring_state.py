@@ -19,7 +19,7 @@ from ringtoy import RINGTOY, RingToyConfig
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import Bundle
 from ssmport.errors import BundleError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.manifest import StateEntry
 from ssmport.ops import sliding
 from ssmport.quant import get_recipe

@@ -14,13 +14,13 @@ from prefill_checks import assert_coreai_prefill_equals_m1_loop, prefill_vs_refe
 from rwkv6_files import Dims, blinkdl_state_dict, fla_from_blinkdl, rwkv_package_run, write_pth
 from rwkv7_files import write_hf_folder
 from ssmport.errors import CheckpointError
-from ssmport.exporter import export
+from ssmport.exporter.pipeline import export
 from ssmport.ops import wkv6
 from ssmport.ops.deferred import apply_naive
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.runtime import Runner
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [3, 17, 17, 250, 0, 99, 5, 318, 42, 42, 7, 1]
 DIMS = Dims()

@@ -7,7 +7,7 @@ import torch
 from rwkv7_files import Dims, blinkdl_state_dict, fla_from_blinkdl, rwkv_package_logits, write_hf_folder
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.sources import load_checkpoint
+from ssmport.loader.resolve import load_checkpoint
 
 TOKENS = [3, 17, 17, 250, 0, 99, 5, 318, 42, 42, 7, 1]
 

@@ -85,7 +85,7 @@ def m1_states(path, tokens: list[int]) -> list[dict]:
     with Runner(path, prefill=False) as r:
         states = [None] * (len(tokens) + 1)
         for n, t in enumerate(tokens, 1):
-            r._main_call([t]) if r.layout == "apple" else r.step(t)
+            r._main_call([t]) if r.layout.name == "apple" else r.step(t)
             states[n] = {s.name: (r.state(s.name)[:, :, :, :n] if s.kind == "kv" else r.state(s.name))
                          for s in r.bundle.manifest.states}  # fmt: skip
     return states
@@ -335,7 +335,7 @@ PYDOC_NEW, PYDOC_K = 96, 16
 
 @pytest.fixture(scope="module")
 def pydoc_runs(bundles, export_fn):
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime import Runner
 
     path = export_fn("rwkv7-pydoc", bundles, quant="fp32", gate=False, verify=PYDOC_K, prefill_chunk=None,

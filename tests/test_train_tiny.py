@@ -35,7 +35,7 @@ def perturbed_model(seed: int) -> RWKV7:
 def test_trainer_forward_is_ssmports_reference(tmp_path):
     """The parallel training forward over a sequence equals ssmport's plain reference step,
     run token by token on the saved state dict, loaded by the strict BlinkDL loader."""
-    from ssmport.sources import load_checkpoint
+    from ssmport.loader.resolve import load_checkpoint
 
     model = perturbed_model(seed=3)
     ids = torch.randint(0, SMALL.vocab, (1, 24), generator=torch.Generator().manual_seed(4))
@@ -58,7 +58,7 @@ def write_stream(path: Path, n: int, seed: int) -> None:
 
 
 def test_training_run_on_cpu_writes_a_loadable_checkpoint_and_log(tmp_path):
-    from ssmport.sources import load_checkpoint
+    from ssmport.loader.resolve import load_checkpoint
 
     data = tmp_path / "data"
     data.mkdir()

@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from rwkv7_files import rwkv_package_logits
-from ssmport.pretrained import BUNDLED, mean_nats
+from ssmport.loader.pretrained import BUNDLED, mean_nats
 from ssmport.quant import RECIPES
 
 PYDOC = BUNDLED["rwkv7-pydoc"]
@@ -129,7 +129,7 @@ def test_export_prints_validation_loss(tmp_path, capsys):
 def test_trained_weights_load_strictly_as_blinkdl():
     """The shipped file is a plain BlinkDL checkpoint: the preset loads it through the strict
     .pth loader, and its config is the preset's."""
-    from ssmport.sources import load_model
+    from ssmport.loader.resolve import load_model
 
     model = load_model("rwkv7-pydoc")
     assert model.provenance["kind"] == "pth" and not model.synthetic

@@ -25,7 +25,7 @@ PLUGIN = textwrap.dedent(
     from torch import nn
 
     import ssmport
-    from ssmport.checkpoint import DictSource, MappedSource, check_strict
+    from ssmport.loader.checkpoint import DictSource, MappedSource, check_strict
     from ssmport.state import register_states
 
     sys.path.insert(0, {tests!r})

@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import ssmport
-from ssmport.checkpoint import DictSource, MappedSource, check_strict
+from ssmport.loader.checkpoint import DictSource, MappedSource, check_strict
 from ssmport.ops.rows import write_once
 from ssmport.state import StateSpec, register_states
 

@@ -5,7 +5,11 @@
 * `engine_rules`: which engine (sequential, pipelined, static-shape) can drive a bundle at each
   source revision, and the exact guard each other one fails;
 * `state_kinds`: the engines' state classification;
-* `protocol`: the engines' driving protocol, emulated over any model object.
+* `graph`, `export`, `layout`: the apple layout (ssmport.layout): the functions and states the
+  engines drive, their tracing shapes, the files beside the asset.
+
+The engines' driving protocol, emulated over any model object, is test code:
+tests/apple_protocol.py.
 
 docs/apple-engines.md says what the engines require and from which commits.
 """
@@ -13,7 +17,6 @@ docs/apple-engines.md says what the engines require and from which commits.
 from .description import DYNAMIC, BundleDesc, FunctionDesc, TensorDesc, describe_directory
 from .engine_rules import ENGINES, Guard, Verdict, check_engine, check_engines
 from .metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
-from .protocol import EngineError, PipelinedEngine, SequentialEngine
 from .sources import REVISIONS
 
 __all__ = [
@@ -22,11 +25,8 @@ __all__ = [
     "REVISIONS",
     "WORLD_CHAT_TEMPLATE",
     "BundleDesc",
-    "EngineError",
     "FunctionDesc",
     "Guard",
-    "PipelinedEngine",
-    "SequentialEngine",
     "TensorDesc",
     "Verdict",
     "check_engine",

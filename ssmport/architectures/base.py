@@ -21,7 +21,7 @@ from typing import Any, Protocol, Required, TypedDict
 import torch
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.quant.plan import WeightBuilder
 from ssmport.state import StateSpec
@@ -177,7 +177,7 @@ class Architecture(ABC):
         """Config from tensor shapes, strict check, canonical-name view.
 
         Called only when `matches_pth` said yes. Raise `CheckpointError` naming every
-        missing / unexpected / misshaped tensor at once (`ssmport.checkpoint.check_strict`).
+        missing / unexpected / misshaped tensor at once (`ssmport.loader.checkpoint.check_strict`).
         """
         raise CheckpointError(f"{source.origin}: {self.name} has no loader for single-file checkpoints")
 
@@ -187,7 +187,7 @@ class Architecture(ABC):
         `source` holds the folder's tensors under their Hugging Face names (safetensors or
         pytorch_model.bin, sharded or not, read lazily). Return the config and a
         `TensorSource` under the architecture's canonical names, usually a
-        `ssmport.checkpoint.MappedSource` (renames and transposes applied on read), after
+        `ssmport.loader.checkpoint.MappedSource` (renames and transposes applied on read), after
         `check_strict` has compared every name and shape. Unsupported config options must
         raise `CheckpointError` rather than be ignored.
         """

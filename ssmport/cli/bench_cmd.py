@@ -43,7 +43,7 @@ def run(args) -> int:
     check_int(args.prefill_tokens, "--prefill-tokens", 1, MAX_BENCH_TOKENS)
     bundle = Bundle.open(args.bundle)
     if args.torch:  # the torch source must be the bundle's model: checked before minutes of timing
-        from ssmport.sources import rebuild_bundle_source
+        from ssmport.loader.resolve import rebuild_bundle_source
 
         rebuild_bundle_source(bundle.manifest, args.weights)
     r = bench_bundle(

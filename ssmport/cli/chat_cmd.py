@@ -61,7 +61,7 @@ def _lines(script: list[str] | None):
 def run(args) -> int:
     from ssmport.bundle import Bundle
     from ssmport.files import check_output
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime import Runner
     from ssmport.runtime.chat import ChatSession, chat_template
     from ssmport.runtime.snapshot import StateSnapshot

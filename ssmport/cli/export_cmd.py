@@ -6,6 +6,7 @@ import math
 import sys
 
 from ssmport.cli.common import MAX_SEED, check_int, human_bytes
+from ssmport.manifest import LAYOUTS as LAYOUT_NAMES  # light: the parser is built on every command
 from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.quant import RECIPES
 
@@ -51,7 +52,7 @@ def add_parser(sub) -> None:
     p.add_argument("--verify", type=int, metavar="K",
                    help="add a `verify` function checking K drafted tokens per call, for speculative "
                    "decoding (`generate --draft`, `chat --draft`; docs/speculative.md); default: none")
-    p.add_argument("--layout", choices=["ssmport", "apple"], default="ssmport",
+    p.add_argument("--layout", choices=LAYOUT_NAMES, default="ssmport",
                    help="ssmport (default): main [1,1] + padded prefill chunks; apple: the functions, "
                    "states and files Apple's CoreAILanguageModels engines load and drive "
                    "(docs/apple-engines.md; check with `ssmport check-engine`)")  # fmt: skip
@@ -68,12 +69,9 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from ssmport.errors import SsmportError
-    from ssmport.export_options import ExportOptions
-    from ssmport.exporter import export
+    from ssmport.exporter.options import ExportOptions
+    from ssmport.exporter.pipeline import export
 
-    if args.apple_main and args.layout != "apple":
-        raise SsmportError("--apple-main applies to --layout apple only")
     check_int(args.seed, "--seed", 0, MAX_SEED)
     # Checked when made, before the checkpoint is read (a Hub download can take minutes).
     options = ExportOptions(
@@ -91,7 +89,7 @@ def run(args) -> int:
         progress=not args.quiet,
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
         layout=args.layout,
-        apple_main=args.apple_main or "decode",
+        apple_main=args.apple_main,
         context=args.context,
         profile_memory=args.profile_memory,
         size_budget=args.size_budget,
@@ -120,7 +118,7 @@ def run(args) -> int:
 def _print_validation(path) -> int:
     """A shipped model's bundle: its loss on held-out text, next to the fp32 reference's.
     Exit status 1 where it is not a finite number."""
-    from ssmport.pretrained import score_bundle
+    from ssmport.gate.checks import score_bundle
 
     scored = score_bundle(path)
     if scored is None:

@@ -34,8 +34,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ssmport.bundle import GATE, MANIFEST, Bundle
     from ssmport.files import check_output
-    from ssmport.gate import bundle_tokenizer, gate_bundle
-    from ssmport.parity import MAX_GATE_TOKENS
+    from ssmport.gate.run import bundle_tokenizer, gate_bundle
+    from ssmport.gate.report import MAX_GATE_TOKENS
     from ssmport.quant import RECIPES
 
     check_int(args.prompts, "--prompts", 1, MAX_GATE_TOKENS)
@@ -86,9 +86,9 @@ def run(args) -> int:
 
 
 def _compare(bundle, streams, args) -> int:
-    from ssmport.compare import compare_recipes
-    from ssmport.gate import bundle_tokenizer
-    from ssmport.parity import default_prompts
+    from ssmport.gate.compare import compare_recipes
+    from ssmport.gate.run import bundle_tokenizer
+    from ssmport.gate.report import default_prompts
 
     vocab = bundle.manifest.vocab_size
     streams = streams or default_prompts(vocab, args.prompts, args.steps, tokenizer=bundle_tokenizer(bundle))

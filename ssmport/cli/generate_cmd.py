@@ -37,7 +37,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from ssmport.bundle import Bundle
-    from ssmport.gate import bundle_tokenizer
+    from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime import Runner
     from ssmport.runtime.speculative import speculative_decoder
 

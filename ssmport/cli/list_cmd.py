@@ -31,7 +31,7 @@ def run(args) -> int:
 
 def _source(preset) -> str:
     """Where `ssmport export <preset>` gets its weights."""
-    from ssmport.pretrained import bundled_checkpoint
+    from ssmport.loader.pretrained import bundled_checkpoint
 
     if not preset.released:
         return "embedded, synthetic"

@@ -36,8 +36,8 @@ def run(args) -> int:
     ids = check_ids(read_token_file(args.tokens_file), vocab, args.tokens_file)
     check_output(args.out, "--out")
     if args.backend == "torch":
-        from ssmport.sources import rebuild_bundle_source
-        from ssmport.torch_runner import TorchRunner
+        from ssmport.loader.resolve import rebuild_bundle_source
+        from ssmport.gate.torch_runner import TorchRunner
 
         runner = TorchRunner(rebuild_bundle_source(bundle.manifest, args.weights), "fp32")
     else:

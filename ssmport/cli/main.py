@@ -14,7 +14,7 @@ import sys
 import time
 import traceback
 
-from ssmport import __version__
+from ssmport.version import __version__
 from ssmport.errors import SsmportError
 
 EXIT_GATE_FAILED = 1

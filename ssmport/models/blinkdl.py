@@ -8,7 +8,7 @@ from collections.abc import Callable
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.graph import Embedding
 from ssmport.models.layers.head import norm_head

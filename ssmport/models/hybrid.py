@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from ssmport.architectures.base import FieldsConfig
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.models.layers import CONV_STATES, KEY_CACHE, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, VALUE_CACHE
 from ssmport.models.layers.mamba2_mixer import MixerSpec

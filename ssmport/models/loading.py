@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import MappedSource, TensorSource, check_strict
+from ssmport.loader.checkpoint import MappedSource, TensorSource, check_strict
 from ssmport.errors import CheckpointError
 
 MAX_LAYERS = 1024  # the deepest released models have ~128

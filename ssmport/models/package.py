@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ssmport.architectures.base import Architecture
-from ssmport.checkpoint import GeneratedSource, TensorSource
+from ssmport.loader.checkpoint import GeneratedSource, TensorSource
 
 
 @dataclass

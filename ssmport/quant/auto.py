@@ -219,7 +219,7 @@ def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None) 
 
 def calibration_streams(model) -> list[list[int]]:
     """The gate's streams (its texts through the model's tokenizer, else seeded ids), shorter."""
-    from ssmport.parity import default_prompts
+    from ssmport.gate.report import default_prompts
 
     tokenizer = None
     if model.vocab_path is not None:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ssmport.checkpoint import storage_key
+from ssmport.loader.checkpoint import storage_key
 from ssmport.ops.matmul import BlockwiseMatmul, FloatExperts, FloatMatmul, Int4Experts, Int8Experts, pack_nibbles
 from ssmport.quant.blockwise import Blockwise, quantize_blockwise
 from ssmport.quant.recipes import BLOCK_SIZE, FLOAT, Recipe

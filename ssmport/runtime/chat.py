@@ -61,7 +61,7 @@ def chat_template(bundle: Bundle, tokenizer=None) -> ChatTemplate:
     """The bundle's chat format: the fixed one of its tokenizer kind (RWKV World), else the
     Jinja template its checkpoint shipped (tokenizer_config.json, copied into the bundle at
     export; ssmport.tokenizers.chat_template), whose stop tokens need the bundle's `tokenizer`."""
-    from ssmport.pretrained import bundled_model_of
+    from ssmport.loader.pretrained import bundled_model_of
 
     m = bundle.manifest
     kind = m.tokenizer.kind if m.tokenizer else None

@@ -87,9 +87,9 @@ def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[s
         if prefill and runner.has_prefill:
             runner.reset()
             first = len(log.calls)
-            # apple layout: prefill takes all but the last token, so one more gives it a full chunk
-            # (within the context of a KV cache)
-            tokens = runner.prefill_chunk + (runner.layout == "apple")
+            # the tokens a prompt holds back for `main` (the apple layout's last one) come on top
+            # of a full chunk (within the context of a KV cache)
+            tokens = runner.prefill_chunk + runner.layout.held_back
             runner.feed([1] * min(tokens, runner.context or tokens))
             counts["prefill"] = summarize(log.calls[first])
         if runner.bundle.manifest.verify is not None:  # one full verify call (ssmport.verify)

@@ -24,6 +24,8 @@ from ssmport.bundle import Bundle
 from ssmport.coreai_loop import CoreAILoop, settle
 from ssmport.errors import BundleError, SsmportError
 from ssmport.interrupts import interrupts_held
+from ssmport.layout import MAIN_CALL
+from ssmport.layouts import layout_named
 from ssmport.manifest import DYNAMIC_DIM, FunctionEntry, with_positions
 from ssmport.runtime.kv_growth import START as KV_START
 from ssmport.runtime.kv_growth import positions_for, with_rows
@@ -89,7 +91,7 @@ class Runner:
             self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
             self._verify = self._model.load_function(m.verify.function, **traced) if m.verify else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
-        self.layout = m.layout  # "apple": dynamic token counts, whole-history positions, see feed()
+        self.layout = layout_named(m.layout)  # the calling convention (ssmport.layout), see feed()
         # the most tokens one `main` call takes: apple's "decode" main and the ssmport layout, 1
         main_rows = m.main.inputs[0].shape[1]
         self.main_rows = (self.prefill_chunk or DEFAULT_CHUNK) if main_rows == DYNAMIC_DIM else main_rows
@@ -246,7 +248,7 @@ class Runner:
 
         first, n = len(self.tokens), len(chunk)
         self._make_room(first + n)
-        positions = np.arange(first + n) if self.layout == "apple" else np.array([first])
+        positions = self.layout.main_positions(first, n)
         inputs = {
             "input_ids": NDArray(np.array([chunk], dtype=np.int32)),
             "position_ids": NDArray(positions.astype(np.int32).reshape(1, -1)),
@@ -258,7 +260,7 @@ class Runner:
 
     def call(self, function: str, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One raw call of a function on caller-owned arrays: `states` are updated in place, as an
-        engine that owns its state buffers drives a bundle (ssmport.apple.protocol drives bundles
+        engine that owns its state buffers drives a bundle (tests/apple_protocol.py drives bundles
         this way). The runner's own states and token list are not touched."""
         from coreai.runtime import NDArray
 
@@ -283,38 +285,23 @@ class Runner:
     def feed(self, tokens: list[int]) -> np.ndarray:
         """Feed a prompt; return the logits after its last token, float32 [V].
 
-        ssmport layout: through `prefill`, `prefill_chunk` tokens per call (the last chunk
-        padded), when the bundle has it and it was not turned off; otherwise one token at a
-        time. apple layout: as Apple's engines do, all but the last token through `prefill`
-        (which has no outputs) and the last through `main`; without prefill, `main` in chunks.
+        The calls are the layout's (Layout.prompt_calls). ssmport layout: through `prefill`,
+        `prefill_chunk` tokens per call (the last chunk padded), when the bundle has it and it
+        was not turned off; otherwise one token at a time. apple layout: as Apple's engines do,
+        all but the last token through `prefill` (which has no outputs) and the last through
+        `main`; without prefill, `main` in calls of up to main_rows tokens: one for the "decode"
+        main, DEFAULT_CHUNK (64) for the "chunk" main, which every apple-layout architecture
+        accepts (the smallest bound on T is RWKV-7's 128).
         """
         if not tokens:
             raise SsmportError("feed needs at least one token")
         self._check_ids(tokens)
         self._check_room(len(tokens))
         tokens = [int(t) for t in tokens]
-        if self.layout == "apple":
-            return self._feed_apple(tokens)
-        if not self.has_prefill:
-            return self.step_each(tokens)[-1]
-        T = self.prefill_chunk
-        for start in range(0, len(tokens), T):
-            logits = self._prefill_call(tokens[start : start + T])
+        chunk = self.prefill_chunk if self.has_prefill else None
+        for function, part in self.layout.prompt_calls(tokens, chunk, self.main_rows):
+            logits = self._main_call(part)[-1] if function == MAIN_CALL else self._prefill_call(part)
         return logits
-
-    def _feed_apple(self, tokens: list[int]) -> np.ndarray:
-        # without prefill, `main` takes the prompt in calls of main_rows: one token for the
-        # "decode" main; DEFAULT_CHUNK (64) for the "chunk" main, which every apple-layout
-        # architecture accepts (the smallest bound on T is RWKV-7's 128)
-        if not self.has_prefill:
-            rows = self.main_rows
-            for start in range(0, len(tokens), rows):
-                logits = self._main_call(tokens[start : start + rows])[-1]
-            return logits
-        head, last, rows = tokens[:-1], tokens[-1], self.prefill_chunk
-        for start in range(0, len(head), rows):
-            self._prefill_call(head[start : start + rows])
-        return self._main_call([last])[-1]
 
     def verify(self, tokens: list[int]) -> np.ndarray:
         """Feed up to `verify_rows` tokens in one call; return the logits after each, float32
@@ -338,23 +325,14 @@ class Runner:
         return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1).copy()
 
     def _rows_call(self, fn, chunk: list[int], T: int) -> dict:
-        """One call of a function over rows (prefill's signature): `chunk` padded to T rows in
-        the ssmport layout; the apple layout's no padding and the whole history as positions."""
+        """One call of a function over rows (prefill's signature), its inputs the layout's
+        (ssmport layout: `chunk` padded to T rows; apple: no padding, the whole history as
+        positions)."""
         from coreai.runtime import NDArray
 
         n, first = len(chunk), len(self.tokens)
         self._make_room(first + n)
-        if self.layout == "apple":  # no padding, the whole history as positions, no outputs
-            inputs = {"input_ids": NDArray(np.array([chunk], dtype=np.int32)),
-                      "position_ids": NDArray(np.arange(first + n, dtype=np.int32).reshape(1, -1))}  # fmt: skip
-        else:
-            ids = np.zeros((1, T), dtype=np.int32)  # padding past valid_len never reaches a state
-            ids[0, :n] = chunk
-            inputs = {
-                "input_ids": NDArray(ids),
-                "position_ids": NDArray(np.arange(first, first + T, dtype=np.int32).reshape(1, T)),
-                "valid_len": NDArray(np.array([n], dtype=np.int32)),
-            }
+        inputs = {name: NDArray(value) for name, value in self.layout.rows_inputs(chunk, first, T).items()}
         with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
             out = self._loop.run_until_complete(fn(inputs=inputs, state=self._bound))
             self.tokens.extend(chunk)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssmport.checkpoint import MappedSource, TensorSource
+from ssmport.loader.checkpoint import MappedSource, TensorSource
 from ssmport.graph import Step
 from ssmport.models.falcon_h1.checkpoints import EMBEDDING, FINAL_NORM, HEAD, attention, layer, mlp
 from ssmport.models.falcon_h1.config import FalconH1Config

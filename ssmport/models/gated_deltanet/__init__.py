@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.gated_deltanet import block, checkpoints, quant, synthetic
 from ssmport.models.gated_deltanet.config import PRESETS, GatedDeltaNetConfig

@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.gated_deltanet.checkpoints import layer
 from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig

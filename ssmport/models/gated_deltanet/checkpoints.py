@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.gated_deltanet.config import GatedDeltaNetConfig, from_fla
 from ssmport.models.loading import ConfigReader, check_layer_count, checked_view, head_name
 

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import KVRows, RingRows, Step
 from ssmport.models.layers import KEY_CACHE, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE, VALUE_CACHE
 from ssmport.ops import attention, sliding

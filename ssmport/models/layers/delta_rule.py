@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.ops import delta_rule
 from ssmport.ops.conv import causal_conv

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, NormHead
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role

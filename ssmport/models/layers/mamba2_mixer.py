@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.graph import Step
 from ssmport.models.layers import CONV_STATES, RECURRENT_STATES

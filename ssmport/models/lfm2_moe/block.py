@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.lfm2.block import build as lfm2_build
 from ssmport.models.lfm2.block import dense_mlp
 from ssmport.models.lfm2_moe.checkpoints import moe_names

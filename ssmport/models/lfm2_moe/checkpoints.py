@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.lfm2.checkpoints import CONV_WEIGHT, EMBEDDING, HEAD, dense_mlp_shapes, layer
 from ssmport.models.lfm2.checkpoints import canonical_shapes as lfm2_shapes
 from ssmport.models.lfm2_moe.config import Lfm2MoeConfig, from_transformers

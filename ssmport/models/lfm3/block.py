@@ -4,7 +4,7 @@ window over the ring states, or full attention over the KV cache."""
 
 from __future__ import annotations
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.attention import AttentionMixer
 from ssmport.models.lfm2.block import build as lfm2_build
 from ssmport.models.lfm3.checkpoints import attention

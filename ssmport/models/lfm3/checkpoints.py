@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.lfm2.checkpoints import canonical_shapes as lfm2_shapes
 from ssmport.models.lfm2.checkpoints import layer

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.mamba1 import block, checkpoints, quant, synthetic
 from ssmport.models.mamba1.config import PRESETS, Mamba1Config, is_mamba_ssm
 from ssmport.models.mamba1.reference import Mamba1Reference

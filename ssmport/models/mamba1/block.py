@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.mamba1.config import Mamba1Config
 from ssmport.models.mamba1.quant import role

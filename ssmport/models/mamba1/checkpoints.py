@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.loading import load_mamba_folder
 import ssmport.models.mamba1.config as config
 from ssmport.models.mamba1.config import FAMILY, Mamba1Config

@@ -9,7 +9,7 @@ from typing import Any
 import torch
 
 from ssmport.state import StatePart, StateSplit
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.mamba2 import block, checkpoints, quant, synthetic
 from ssmport.models.mamba2.config import PRESETS, Mamba2Config, is_mamba_ssm
 from ssmport.models.mamba2.reference import Mamba2Reference

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.loading import load_mamba_folder
 import ssmport.models.mamba2.config as config
 from ssmport.models.layers.mamba2_mixer import MixerSpec

@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.layers.attention import AttentionMixer
 from ssmport.models.layers.head import norm_head

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import AS_IS, DEPTHWISE_CONV, check_layer_count, storage_view
 from ssmport.models.mamba2.checkpoints import mixer_shapes

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.hybrid import HybridArchitecture, delta_rule_hybrid_specs
 from ssmport.models.olmo_hybrid import block, checkpoints, quant, synthetic

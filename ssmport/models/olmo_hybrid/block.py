@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Embedding, Step
 from ssmport.models.layers import CONV_STATES, RECURRENT_STATES
 from ssmport.models.layers.attention import AttentionMixer

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import check_layer_count, checked_view, head_name

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.hybrid import HybridArchitecture, delta_rule_hybrid_specs
 from ssmport.models.package import package_parts

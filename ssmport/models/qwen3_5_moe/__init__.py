@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.package import package_parts
 from ssmport.models.qwen3_5 import QWEN3_5, Qwen35Architecture
 from ssmport.models.qwen3_5_moe import block, checkpoints, quant, synthetic

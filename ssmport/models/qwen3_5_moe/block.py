@@ -3,7 +3,7 @@ routed experts and gated shared expert of ssmport.models.moe as every layer's ML
 
 from __future__ import annotations
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.moe import ExpertMixture
 from ssmport.models.qwen3_5.block import build as dense_build
 from ssmport.models.qwen3_5_moe.checkpoints import moe_names

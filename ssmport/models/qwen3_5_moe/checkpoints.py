@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.loading import AS_IS, check_layer_count, head_name, storage_view
 from ssmport.models.moe import MoeNames, fused_expert_storage, moe_shapes
 from ssmport.models.qwen3_5.checkpoints import EMBED, HEAD, SKIPPED, VLM_PREFIX, layer

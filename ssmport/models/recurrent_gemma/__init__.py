@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.hybrid import MAX_CONTEXT, check_context
 from ssmport.models.layers import CONV_STATES, RECURRENT_STATES
 from ssmport.models.package import PackagedArchitecture, package_parts

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.layers import CONV_STATES, RECURRENT_STATES, SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE
 from ssmport.models.layers.attention import AttentionMixer, norm_gain

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.attention import AttentionNames, attention_names, attention_shapes
 from ssmport.models.loading import check_layer_count, checked_view, head_name
 from ssmport.models.recurrent_gemma.config import RECURRENT, RecurrentGemmaConfig, from_transformers

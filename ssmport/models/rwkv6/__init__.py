@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.package import PackagedArchitecture, package_parts
 from ssmport.models.rwkv6 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv6.config import PRESETS, RWKV6Config

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.blinkdl import blinkdl_model
 from ssmport.models.layers.mlp import ReluSquaredMLP

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import CheckpointError
 from ssmport.models.blinkdl import blinkdl_layers, blinkdl_shapes, fla_shared_rules
 from ssmport.models.loading import (AS_IS, TRANSPOSED, UNSQUEEZED, ConfigReader, Stored, check_layer_count, head_name,

@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.rwkv7 import block, checkpoints, quant, synthetic
 from ssmport.models.rwkv7.config import PRESETS, WORLD_VOCAB_ROWS, RWKV7Config
 from ssmport.models.rwkv7.reference import RWKV7Reference

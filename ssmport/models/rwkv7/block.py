@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.graph import Step
 from ssmport.models.blinkdl import blinkdl_model
 from ssmport.models.layers.mlp import ReluSquaredMLP

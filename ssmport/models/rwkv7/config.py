@@ -97,7 +97,7 @@ PRESETS = (
     *(_preset(n, L, C, d, hub=HubSource(repo, file, confirmed=how)) for n, L, C, d, repo, file, how in _RELEASES),
     _preset("rwkv7-tiny", 2, 128, "synthetic test model: L2 C128, World vocab, random weights from a fixed seed",
             released=False, head_size=32, ffn_size=512, decay_lora=32, a_lora=32, v_lora=32, gate_lora=32),
-    # Weights ship with ssmport (ssmport/pretrained); vocab 256 bytes + end of text, padded to 320.
+    # Weights ship with ssmport (ssmport/loader/pretrained); vocab 256 bytes + end of text, padded to 320.
     _preset("rwkv7-pydoc", 4, 256, "embedded default: L4 C256 byte-level, trained on the Python 3.11 docs "
-            "(ssmport/pretrained)", vocab_size=320),
+            "(ssmport/loader/pretrained)", vocab_size=320),
 )  # fmt: skip

@@ -10,11 +10,11 @@ from __future__ import annotations
 import tempfile
 
 from ssmport.bundle import Bundle
-from ssmport.exporter import export
-from ssmport.gate import gate_bundle
-from ssmport.parity import GateReport
+from ssmport.exporter.pipeline import export
+from ssmport.gate.run import gate_bundle
+from ssmport.gate.report import GateReport
 from ssmport.quant import RECIPES
-from ssmport.sources import rebuild_bundle_source
+from ssmport.loader.resolve import rebuild_bundle_source
 
 COMPARED = ("fp16", "int8keepproj", "int8")
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from ssmport.checkpoint import HF_WEIGHT_FILES, shard_names
+from ssmport.loader.checkpoint import HF_WEIGHT_FILES, shard_names
 from ssmport.errors import SsmportError
 from ssmport.interrupts import stops_at_once
 from ssmport.tokenizers import HF_TOKENIZER_FILENAME, VOCAB_FILENAMES

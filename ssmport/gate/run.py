@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import GATE, Bundle, write_json_atomic
-from ssmport.gate_reference import ReplayedReference, reference_logits
+from ssmport.gate.reference import ReplayedReference, reference_logits
 from ssmport.manifest import GateSummary
 from ssmport.memory import section
-from ssmport.parity import GateReport, default_prompts, run_gate
+from ssmport.gate.report import GateReport, default_prompts, run_gate
 from ssmport.progress import Stages
 from ssmport.quant import get_recipe
 from ssmport.quant.recipes import gate_thresholds
 from ssmport.runtime import Runner
 from ssmport.runtime.lowering import ensure_lowered
-from ssmport.sources import rebuild_bundle_source
+from ssmport.loader.resolve import rebuild_bundle_source
 
 DEFAULT_PROMPTS = 3
 DEFAULT_STEPS = 32
@@ -42,7 +42,7 @@ def gate_bundle(
     """Gate `bundle` against the fp32 torch reference built from its source weights.
 
     The reference's logits for every stream are computed first (a large model's layer by
-    layer, see `gate_reference.reference_logits`) and its weights released; then the bundle
+    layer, see `ssmport.gate.reference.reference_logits`) and its weights released; then the bundle
     is lowered and loaded, so the gate's peak is the larger of the two, not their sum.
     `profiler`: a `coreai.runtime.Profiler` the bundle is loaded with (the export counts the
     ops of the gate's own calls rather than load and call the bundle once more)."""

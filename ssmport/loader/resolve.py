@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from ssmport.architectures import Architecture, LoadedModel, architectures, get_architecture, presets
-from ssmport.checkpoint import open_hf_weights, open_pth
+from ssmport.loader.checkpoint import open_hf_weights, open_pth
 from ssmport.errors import CheckpointError, SsmportError
 from ssmport.files import missing_file
-from ssmport.pretrained import bundled_checkpoint
+from ssmport.loader.pretrained import bundled_checkpoint
 from ssmport.strict_json import loads_finite
 
 DEFAULT_SEED = 0
@@ -76,7 +76,7 @@ def _check_vocab_fits(model: LoadedModel) -> None:
 
 
 def _resolve(spec: str, weights, synthetic: bool, seed: int, file: str | None, display) -> LoadedModel:
-    from ssmport import hub
+    from ssmport.loader import hub
 
     known = presets()
     local = spec not in known and _exists(Path(spec).expanduser())
@@ -138,7 +138,7 @@ def _as_preset(model: LoadedModel, preset) -> LoadedModel:
 
 
 def _from_hub(repo: str, revision: str | None, file: str | None, display=None) -> LoadedModel:
-    from ssmport import hub
+    from ssmport.loader import hub
 
     fetched = hub.fetch(repo, revision, file, check_config=_claimed_config, display=display)
     model = load_checkpoint(fetched.path)

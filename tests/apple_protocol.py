@@ -30,10 +30,10 @@ import numpy as np
 
 from ssmport.errors import SsmportError
 
-from .description import BundleDesc, FunctionDesc, TensorDesc
-from .engine_rules import PIPELINED_ENGINE, PREFILL_FUNCTION, SEQUENTIAL_ENGINE, THROWS, Guard, check_engine, input_roles
-from .sources import PRE_HYBRID, PREFILL_GRAPH, REVISIONS
-from .state_kinds import KV_CACHE, classify, has_non_truncatable
+from ssmport.apple.description import BundleDesc, FunctionDesc, TensorDesc
+from ssmport.apple.engine_rules import PIPELINED_ENGINE, PREFILL_FUNCTION, SEQUENTIAL_ENGINE, THROWS, Guard, check_engine, input_roles
+from ssmport.apple.sources import PRE_HYBRID, PREFILL_GRAPH, REVISIONS
+from ssmport.apple.state_kinds import KV_CACHE, classify, has_non_truncatable
 
 PIPELINE_DEPTH = 3  # CoreAIPipelinedEngine.swift:28@86b363d: steps in flight
 

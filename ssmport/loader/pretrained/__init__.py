@@ -76,20 +76,3 @@ def validation_loss(
     (from a zero state, one state carried through, every byte after the first predicted)."""
     ids = tokenize(model.validation_text.read_text(encoding="utf-8"))
     return mean_nats(step_each(ids[:-1]), ids[1:]), len(ids) - 1
-
-
-def score_bundle(path: str | Path) -> tuple[BundledModel, float, int] | None:
-    """(the shipped model, nats per byte, bytes) of an exported bundle of a shipped model on
-    its held-out text, run on the Core AI runtime; None for any other bundle."""
-    from ssmport.bundle import Bundle
-    from ssmport.gate import bundle_tokenizer
-    from ssmport.runtime import Runner
-
-    bundle = Bundle.open(path)
-    model = bundled_model_of(bundle.manifest.source)
-    tokenizer = bundle_tokenizer(bundle)
-    if model is None or tokenizer is None:
-        return None
-    with Runner(bundle) as runner:
-        loss, scored = validation_loss(model, runner.step_each, tokenizer.encode)
-    return model, loss, scored

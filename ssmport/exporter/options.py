@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssmport.apple.graph import APPLE_MAINS, DECODE_MAIN
 from ssmport.bundle import check_bundle_name
 from ssmport.errors import SsmportError
-from ssmport.manifest import LAYOUTS
-from ssmport.parity import MAX_GATE_TOKENS
+from ssmport.layout import Layout
+from ssmport.layouts import layout_named
+from ssmport.gate.report import MAX_GATE_TOKENS
 from ssmport.prefill import DEFAULT_CHUNK, check_chunk
 from ssmport.quant import get_recipe
 from ssmport.quant.budget import parse_size
@@ -24,17 +24,19 @@ EXPORT_GATE_STEPS = 8
 
 @dataclass(frozen=True)
 class ExportOptions:
-    """`quant` None: the model's default recipe (exporter.default_quant). `prefill_chunk`
-    None: a decode-only bundle (no "prefill"). `layout` "apple": the functions, states and
-    files Apple's engines load and drive (docs/apple-engines.md), with `apple_main` "decode"
-    (one token per call) or "chunk" (ssmport.apple.graph); the default "ssmport" is the M=1
-    decode graph + padded chunks. `context`: the positions a model with a KV cache holds
+    """`quant` None: the model's default recipe (ssmport.exporter.pipeline.default_quant). `prefill_chunk`
+    None: a decode-only bundle (no "prefill"). `layout`: the bundle layout's name or object
+    (ssmport.layout), read once into its object (ssmport.layouts.layout_named): after
+    construction `options.layout` is a Layout. "apple": the functions, states and files
+    Apple's engines load and drive (docs/apple-engines.md), with `apple_main` "decode" (one
+    token per call, its default) or "chunk" (ssmport.apple.graph); the default "ssmport" is the
+    M=1 decode graph + padded chunks. `context`: the positions a model with a KV cache holds
     (None: its config's default). `verify` K: a `verify` function for speculative decoding
     (None: none; docs/speculative.md says why that is the default). `profile_memory`: trace
     the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
     most bytes under quant "auto" (ssmport.quant.auto). `weights`, `synthetic`, `seed`,
     `vocab`, `file`:
-    how a preset or checkpoint spec is loaded (ssmport.sources.load_model)."""
+    how a preset or checkpoint spec is loaded (ssmport.loader.resolve.load_model)."""
 
     quant: str | None = None
     state_dtype: str | None = DEFAULT_STATE_DTYPE  # None: the default
@@ -49,8 +51,8 @@ class ExportOptions:
     gate_steps: int = EXPORT_GATE_STEPS
     progress: bool = True
     prefill_chunk: int | None = DEFAULT_CHUNK
-    layout: str = "ssmport"
-    apple_main: str = DECODE_MAIN
+    layout: str | Layout = "ssmport"
+    apple_main: str | None = None  # None: the apple layout's default; only with layout "apple"
     context: int | None = None
     profile_memory: bool = False
     size_budget: int | str | None = None  # bytes, or a size string ("3.5MB"); with quant "auto" only
@@ -80,9 +82,6 @@ class ExportOptions:
                                "--gate-steps, or --no-gate")  # fmt: skip
         check_chunk(self.prefill_chunk)
         check_verify(self.verify)
-        if self.layout not in LAYOUTS:
-            raise SsmportError(f"unknown --layout {self.layout!r}; choose one of: {', '.join(LAYOUTS)}")
-        if self.apple_main not in APPLE_MAINS:
-            raise SsmportError(f"unknown --apple-main {self.apple_main!r}; choose one of: {', '.join(APPLE_MAINS)}")
+        object.__setattr__(self, "layout", layout_named(self.layout, self.apple_main))
         if self.name is not None:
             check_bundle_name(self.name)

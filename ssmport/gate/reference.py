@@ -17,11 +17,11 @@ from torch import nn
 
 from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import Architecture
-from ssmport.checkpoint import TensorSource
+from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
-from ssmport.torch_runner import TorchRunner
+from ssmport.gate.torch_runner import TorchRunner
 
 # Above this many fp32 weight bytes the reference is streamed a few layers at a time
 # (LayerStreamedReference) instead of built whole: a 1.5B model's fp32 module is 6.1 GB.
