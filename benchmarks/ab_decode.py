@@ -36,13 +36,15 @@ def main() -> None:
     p.add_argument("--models", nargs="+", required=True, help="presets (exported --synthetic)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--steps", type=int, default=64)
+    p.add_argument("--context", type=int, help="--context of the exports (a tiny hybrid holds 64 by default)")
     p.add_argument("--work", default="/tmp/ab_decode")
     p.add_argument("--json", metavar="OUT")
     a = p.parse_args()
     rows = []
     for model in a.models:
+        context = ["--context", str(a.context)] if a.context else []
         ssmport(a.after, "export", model, "--synthetic", "--quant", "fp32", "--no-gate", "-o", a.work,
-                "--name", model, "--overwrite", "-q")  # fmt: skip
+                "--name", model, "--overwrite", "-q", *context)  # fmt: skip
         bundle = str(Path(a.work, model))
         times: dict[str, list[float]] = {"before": [], "after": []}
         for round_ in range(a.rounds):
