@@ -47,13 +47,17 @@ def decode_at(bundle, held: int):
         return summarize(log.calls[-1]), logits, runner.kv_positions
 
 
-@pytest.mark.parametrize("layout", LAYOUTS)
-def test_decode_work_does_not_grow_with_the_allocation(bundles, layout):
+def assert_same_work_at_both_contexts(bundles, layout):
     (small_ops, small_logits, small_kv), (big_ops, big_logits, big_kv) = (
         decode_at(bundles[layout, context], HELD) for context in CONTEXTS)  # fmt: skip
     assert small_kv == big_kv == 256  # the positions a call reads and writes
     assert small_ops.ops == big_ops.ops and small_ops.by_type == big_ops.by_type
     np.testing.assert_array_equal(small_logits, big_logits)  # the same computation, not a similar one
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_decode_work_does_not_grow_with_the_allocation(bundles, layout):
+    assert_same_work_at_both_contexts(bundles, layout)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -120,8 +124,4 @@ def decode_only_bundles(request, tmp_path_factory):
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_other_hybrids_decode_work_does_not_grow_with_the_allocation(decode_only_bundles, layout):
-    (small_ops, small_logits, small_kv), (big_ops, big_logits, big_kv) = (
-        decode_at(decode_only_bundles[layout, context], HELD) for context in CONTEXTS)  # fmt: skip
-    assert small_kv == big_kv == 256
-    assert small_ops.ops == big_ops.ops and small_ops.by_type == big_ops.by_type
-    np.testing.assert_array_equal(small_logits, big_logits)
+    assert_same_work_at_both_contexts(decode_only_bundles, layout)
