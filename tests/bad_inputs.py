@@ -569,6 +569,25 @@ for cid, what, edit, message in (
 ):  # fmt: skip
     case(cid, "export", f"lfm3 config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.lfm3, edit), *_out(e)], message)
 
+
+
+def _with_template(e: Env, template: str) -> Path:
+    """A copy of the LFM3 folder whose tokenizer_config.json carries `template`."""
+    f = e.folder(e.lfm3)
+    e.edit_json(f / "tokenizer_config.json", lambda d: d.update(chat_template=template))
+    return f
+
+
+for cid, what, template, message in (
+    ("include", "an {% include %}", "{% include 'other.jinja' %}", "the chat template does not render (TypeError"),
+    ("huge-range", "a loop over range(10^10)", "{% for i in range(10000000000) %}{% endfor %}", "the chat template does not render (OverflowError"),
+    ("huge-repeat", "'x' * 4e9", "{{ 'x' * 4000000000 }}", "is too large"),
+    ("recursion", "a macro calling itself", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "(RecursionError"),
+    ("syntax", "a syntax error", "{% for m in messages %}", "the chat template does not render (TemplateSyntaxError"),
+):  # fmt: skip
+    case(f"export-chat-template-{cid}", "export", f"a checkpoint whose chat template cannot render: {what} (exported before; only `chat` refused it)",
+         lambda e, template=template: ["export", _with_template(e, template), *_out(e)], message)  # fmt: skip
+
 for cid, what, edit, message in (
     ("rgemma-window-0", "attention_window_size 0", _set("attention_window_size", 0), "attention_window_size=0 is outside"),
     ("rgemma-window-negative", "a negative attention_window_size", _set("attention_window_size", -1), "attention_window_size=-1 is outside"),
