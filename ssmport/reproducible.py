@@ -19,6 +19,11 @@ Three things varied from run to run (measured on rwkv7-tiny, fp32 and int8keeppr
   the bundle's content (`content_id`), so a state snapshot still names the bundle it belongs
   to; the timings are recorded only by `export --profile-memory` (a measurement, not a
   reproducible build).
+
+The weights' resource blobs are named by content (`deterministic_names`): LLVM names them with
+a hash seeded by an address. The int4 recipes' 4-bit weights reach the converter packed two to
+a byte (a uint8 array for an si4 tensor); they are named so too, with the native blob's bytes
+and alignment (`_packed_sub_byte`; before, they kept the native name and int4 bundles differed).
 """
 
 from __future__ import annotations
@@ -45,6 +50,9 @@ _ATTR_MAKERS = ("coreai._compiler._mlir_libs._coreaiIR._bindings.mlir.dialects.c
 # create_elements_attr keeps a constant of fewer elements (and a splat) inline, and puts a
 # larger one in a resource blob (measured: from 256 elements on, for f32, f16 and i8).
 RESOURCE_FROM_ELEMENTS = 256
+# The alignment create_elements_attr gives a blob of packed sub-byte elements (measured: 16;
+# tests/test_reproducible.py compares the blobs).
+PACKED_ALIGNMENT = 16
 
 
 @contextlib.contextmanager
@@ -91,15 +99,16 @@ def _content_named(create_elements_attr):
 
     def create(loc, tensor_type, data):
         array = data if isinstance(data, np.ndarray) else None
-        if (array is None or array.size < RESOURCE_FROM_ELEMENTS or not _one_element_per_item(array, tensor_type)
-                or array.min() == array.max()):  # fmt: skip
+        if (array is None or array.size < RESOURCE_FROM_ELEMENTS or array.min() == array.max()
+                or not (_one_element_per_item(array, tensor_type) or _packed_sub_byte(array, tensor_type))):  # fmt: skip
             return create_elements_attr(loc, tensor_type, data)
         content = hashlib.sha256(memoryview(array).cast("B"))
         content.update(str(tensor_type).encode())
         name = f"w_{content.hexdigest()}"
         if name not in made:
+            packed = {"alignment": PACKED_ALIGNMENT} if _packed_sub_byte(array, tensor_type) else {}
             try:
-                made[name] = DenseResourceElementsAttr.get_from_buffer(array, name, tensor_type, context=loc.context)
+                made[name] = DenseResourceElementsAttr.get_from_buffer(array, name, tensor_type, context=loc.context, **packed)
             except ValueError:  # a buffer the binding cannot match to the type: the native way
                 return create_elements_attr(loc, tensor_type, data)
         return made[name]
@@ -109,7 +118,7 @@ def _content_named(create_elements_attr):
 
 def _one_element_per_item(array, tensor_type) -> bool:
     """Whether `array` holds `tensor_type`'s elements one per item, as a resource blob stores
-    them (packed sub-byte weights, int4's, and ml_dtypes' bfloat16 go the native way)."""
+    them (ml_dtypes' bfloat16 goes the native way)."""
     from coreai._compiler.ir import ShapedType
 
     shaped = ShapedType(tensor_type)
@@ -118,9 +127,23 @@ def _one_element_per_item(array, tensor_type) -> bool:
             and array.size == math.prod(shaped.shape))  # fmt: skip
 
 
+def _packed_sub_byte(array, tensor_type) -> bool:
+    """Whether `array` is the bytes of `tensor_type`'s sub-byte elements packed whole, as the
+    converter hands 4-bit weights over (coreai-torch's IntxTensor `.elem`: uint8, two elements a
+    byte) and as a resource blob stores them (coreai-torch builds its own si4 blobs from such
+    bytes; tests/test_reproducible.py checks the bytes equal the native blob's)."""
+    from coreai._compiler.ir import ShapedType
+
+    shaped = ShapedType(tensor_type)
+    width = getattr(shaped.element_type, "width", None)
+    return (array.dtype.kind == "u" and array.itemsize == 1 and array.flags.c_contiguous and width is not None and width < 8
+            and 8 % width == 0 and array.size * 8 == width * math.prod(shaped.shape))  # fmt: skip
+
+
 def _whole_bytes(tensor_type) -> bool:
-    """Whether each element takes whole bytes: a blob of packed int4 elements cannot be made
-    from Python (the bindings take one element per item; the asset writer crashed on one)."""
+    """Whether each element takes whole bytes. A folded constant of packed sub-byte elements
+    keeps its native name: none was seen (rwkv7-tiny's int4keepproj bundle is reproducible; the
+    converter's 4-bit weights are named in `_content_named`), so renaming one is untested."""
     from coreai._compiler.ir import ShapedType
 
     width = getattr(ShapedType(tensor_type).element_type, "width", None)

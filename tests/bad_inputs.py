@@ -42,6 +42,9 @@ class Env:
     gdn: Path  # an fla Gated DeltaNet folder
     snapshot: Path  # a state snapshot of `tok`
     moe: Path  # a transformers LFM2-MoE folder
+    nemotron_moe: Path  # a transformers Nemotron-H folder with grouped MoE layers (12 experts, 3 groups, top 3 of 2 groups)
+    lfm3: Path  # a transformers LFM3 folder (sliding-window rings, per-kind RoPE)
+    rgemma: Path  # a transformers RecurrentGemma folder (local attention over a ring)
     rwkv6_pth: Path  # a BlinkDL RWKV-6 (x060) .pth
     spec: Path  # `tok`'s source exported with --verify 4 (speculative decoding); `tok` can draft for it
     setup_done: list = field(default_factory=list)  # undo callbacks (chattr -i, locks)
@@ -496,6 +499,126 @@ for cid, what, edit, message in (
      "use_expert_bias='no' is not true or false"),
 ):  # fmt: skip
     case(cid, "export", f"lfm2_moe config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.moe, edit), *_out(e)], message)
+for cid, what, edit, message in (
+    ("nemotron-moe-topk-over-experts", "num_experts_per_tok above n_routed_experts", _set("num_experts_per_tok", 13),
+     "num_experts_per_tok 13 is not in [1, num_experts=12]"),
+    ("nemotron-moe-groups-uneven", "n_group not dividing the experts", _set("n_group", 5), "n_group 5 does not split 12 experts"),
+    ("nemotron-moe-groups-of-one", "n_group as many as the experts", _set("n_group", 12), "n_group 12 does not split 12 experts"),
+    ("nemotron-moe-topk-group-over", "topk_group above n_group", _set("topk_group", 4), "topk_group 4 is not in [1, n_group=3]"),
+    ("nemotron-moe-topk-group-0", "topk_group 0", _set("topk_group", 0), "topk_group=0 is outside"),
+    ("nemotron-moe-groups-too-few", "topk_group groups too small to hold top-k", lambda d: d.update(topk_group=1, num_experts_per_tok=5),
+     "topk_group 1 of 3 groups of 4 cannot hold 5 experts"),
+    ("nemotron-moe-scoring", "an unknown scoring function (scoring_func softmax)", _set("scoring_func", "softmax"),
+     "scoring_func='softmax' (Nemotron-H's router scores by sigmoid)"),
+    ("nemotron-moe-scaling-0", "routed_scaling_factor 0", _set("routed_scaling_factor", 0), "routed_scaling_factor=0.0 is not a positive number"),
+    ("nemotron-moe-experts-huge", "n_routed_experts 10^9", _set("n_routed_experts", 10**9), "n_routed_experts=1000000000 is outside"),
+    ("nemotron-moe-shared-2", "two shared experts", _set("n_shared_experts", 2), "n_shared_experts=2"),
+):  # fmt: skip
+    case(cid, "export", f"nemotron_h MoE config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.nemotron_moe, edit), *_out(e)], message)
+
+
+def _lfm3_rope(full: dict | str, sliding: dict | None = None, **more) -> Callable[[dict], None]:
+    """rope_parameters per layer kind: `full` for full_attention (or the whole value when a
+    string), `sliding` for sliding_attention (its default type when None)."""
+    value = full if isinstance(full, str) else {"full_attention": full, "sliding_attention": sliding or {"rope_type": "default"}, **more}
+    return _set("rope_parameters", value)
+
+
+_LAYERS6 = ["conv", "sliding_attention", "full_attention", "conv", "sliding_attention", "conv"]
+for cid, what, edit, message in (
+    ("lfm3-window-0", "sliding_window 0", _set("sliding_window", 0), "sliding_window=0 is outside"),
+    ("lfm3-window-negative", "a negative sliding_window", _set("sliding_window", -4), "sliding_window=-4 is outside"),
+    ("lfm3-window-float", "a fractional sliding_window", _set("sliding_window", 8.5), "sliding_window=8.5 is not a whole number"),
+    ("lfm3-window-string", "sliding_window written as a string", _set("sliding_window", "8"), "sliding_window='8' is not a whole number"),
+    ("lfm3-window-bool", "sliding_window true", _set("sliding_window", True), "sliding_window=True is not a whole number"),
+    ("lfm3-window-huge", "sliding_window 10^9", _set("sliding_window", 10**9), "sliding_window=1000000000 is above 131072 positions"),
+    ("lfm3-window-ring-too-big", "sliding_window 2^20 (a ring of a million rows, whatever --context)",
+     lambda d: d.update(sliding_window=1 << 20, max_position_embeddings=1 << 21), "sliding_window=1048576 is above 131072 positions"),
+    ("lfm3-window-over-positions", "sliding_window above max_position_embeddings", _set("sliding_window", 9000),
+     "sliding_window 9000 is not in [1, max_position_embeddings]"),
+    ("lfm3-window-null", "sliding_window null with sliding layers", _set("sliding_window", None), "sliding_window=null"),
+    ("lfm3-layer-kind-unknown", "an unknown layer kind", _set("layer_types", ["conv", "mamba2", *_LAYERS6[2:]]),
+     "layer kind(s) 'mamba2' in layer_types"),
+    ("lfm3-layer-kind-legacy", "a kind another family spells so (mamba)", _set("layer_types", ["conv", "mamba", *_LAYERS6[2:]]),
+     "layer kind(s) 'mamba' in layer_types"),
+    ("lfm3-layer-types-short", "fewer layer_types than layers", _set("layer_types", _LAYERS6[:2]), "has 2 layer_types for num_hidden_layers=6"),
+    ("lfm3-layer-types-string", "layer_types a string", _set("layer_types", "conv"), "layer_types='conv' is not a list of layer kinds"),
+    ("lfm3-layer-types-numbers", "layer_types numbers", _set("layer_types", [1, 2, 3, 4, 5, 6]), "is not a list of layer kinds"),
+    ("lfm3-rope-string", "rope_parameters a string", _lfm3_rope("x"), "rope_parameters='x' is not an object"),
+    ("lfm3-rope-kind-missing", "rope_parameters without the sliding layers' set", _set("rope_parameters", {"full_attention": {}}),
+     "rope_parameters has no object for 'sliding_attention'"),
+    ("lfm3-rope-kind-unknown", "rope_parameters for a layer kind LFM3 lacks (read as one flat set before)",
+     _lfm3_rope({"rope_type": "default"}, chunked_attention={"rope_theta": 1.0}), "rope_parameters for layer kind(s) 'chunked_attention'"),
+    ("lfm3-rope-type", "a rescaled RoPE (yarn) on the full layers", _lfm3_rope({"rope_type": "yarn", "factor": 4.0}),
+     "rope_type 'yarn' on full_attention layers"),
+    ("lfm3-rope-theta-0", "rope_theta 0 on the sliding layers", _lfm3_rope({}, {"rope_type": "default", "rope_theta": 0}),
+     "rope_theta=0.0 is not a positive number"),
+    ("lfm3-rope-theta-string", "rope_theta written as a string", _lfm3_rope({"rope_theta": "1e6"}), "rope_theta='1e6' is not a number"),
+    ("lfm3-rope-fraction-2", "partial_rotary_factor 2", _lfm3_rope({"rope_type": "proportional", "partial_rotary_factor": 2}),
+     "partial_rotary_factor=2.0 is not in [0, 1]"),
+    ("lfm3-rope-fraction-negative", "a negative partial_rotary_factor", _lfm3_rope({"rope_type": "proportional", "partial_rotary_factor": -0.5}),
+     "partial_rotary_factor=-0.5 is not in [0, 1]"),
+    ("lfm3-rope-factor", "a rope factor (scaled positions)", _lfm3_rope({"rope_type": "default", "factor": 4.0}), "a rope factor 4.0"),
+    ("lfm3-conv-1", "conv_L_cache 1", _set("conv_L_cache", 1), "conv_L_cache 1 < 2 is not supported"),
+    ("lfm3-conv-0", "conv_L_cache 0", _set("conv_L_cache", 0), "conv_L_cache=0 is outside"),
+    ("lfm3-conv-huge", "conv_L_cache 10^9", _set("conv_L_cache", 10**9), "conv_L_cache=1000000000 is outside"),
+    ("lfm3-conv-float", "a fractional conv_L_cache", _set("conv_L_cache", 2.5), "conv_L_cache=2.5 is not a whole number"),
+    ("lfm3-conv-other", "a conv_L_cache the weights do not have", _set("conv_L_cache", 5), "conv.conv.weight [48, 1, 3]"),
+    ("lfm3-gate-string", "use_attention_gate written as a string", _set("use_attention_gate", "yes"), "use_attention_gate='yes' is not true or false"),
+    ("lfm3-head-dim-odd", "an odd head_dim", _set("head_dim", 15), "head_dim 15 is odd"),
+):  # fmt: skip
+    case(cid, "export", f"lfm3 config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.lfm3, edit), *_out(e)], message)
+
+
+
+def _with_template(e: Env, template: str) -> Path:
+    """A copy of the LFM3 folder whose tokenizer_config.json carries `template`."""
+    f = e.folder(e.lfm3)
+    e.edit_json(f / "tokenizer_config.json", lambda d: d.update(chat_template=template))
+    return f
+
+
+for cid, what, template, message in (
+    ("include", "an {% include %}", "{% include 'other.jinja' %}", "the chat template does not render (TypeError"),
+    ("huge-range", "a loop over range(10^10)", "{% for i in range(10000000000) %}{% endfor %}", "the chat template does not render (OverflowError"),
+    ("huge-repeat", "'x' * 4e9", "{{ 'x' * 4000000000 }}", "is too large"),
+    ("recursion", "a macro calling itself", "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "(RecursionError"),
+    ("syntax", "a syntax error", "{% for m in messages %}", "the chat template does not render (TemplateSyntaxError"),
+):  # fmt: skip
+    case(f"export-chat-template-{cid}", "export", f"a checkpoint whose chat template cannot render: {what} (exported before; only `chat` refused it)",
+         lambda e, template=template: ["export", _with_template(e, template), *_out(e)], message)  # fmt: skip
+
+for cid, what, edit, message in (
+    ("rgemma-window-0", "attention_window_size 0", _set("attention_window_size", 0), "attention_window_size=0 is outside"),
+    ("rgemma-window-negative", "a negative attention_window_size", _set("attention_window_size", -1), "attention_window_size=-1 is outside"),
+    ("rgemma-window-float", "a fractional attention_window_size", _set("attention_window_size", 8.5), "attention_window_size=8.5 is not a whole number"),
+    ("rgemma-window-string", "attention_window_size written as a string", _set("attention_window_size", "8"),
+     "attention_window_size='8' is not a whole number"),
+    ("rgemma-window-bool", "attention_window_size true", _set("attention_window_size", True), "attention_window_size=True is not a whole number"),
+    ("rgemma-window-huge", "attention_window_size 2^20 (a ring of a million rows; exported before)", _set("attention_window_size", 1 << 20),
+     "attention_window_size=1048576 is above 131072 positions"),
+    ("rgemma-sliding-window-0", "sliding_window 0 (transformers' other name for it)", lambda d: (d.pop("attention_window_size"), d.update(sliding_window=0)),
+     "sliding_window=0 is outside"),
+    ("rgemma-windows-disagree", "attention_window_size and sliding_window disagreeing (one was ignored before)", _set("sliding_window", 16),
+     "attention_window_size=8 and sliding_window=16"),
+    ("rgemma-block-unknown", "an unknown block type", _set("block_types", ["recurrent", "mlp"]), "block_types=['recurrent', 'mlp']"),
+    ("rgemma-block-empty", "no block types", _set("block_types", []), "block_types=[]"),
+    ("rgemma-block-string", "block_types a string", _set("block_types", "recurrent"), "block_types='recurrent'"),
+    ("rgemma-block-attention-only", "no recurrent block", _set("block_types", ["attention"]), "no recurrent layer"),
+    ("rgemma-block-wrong", "block types the weights do not have", _set("block_types", ["recurrent"]), "does not match RecurrentGemma"),
+    ("rgemma-soft-cap-0", "logits_soft_cap 0", _set("logits_soft_cap", 0), "logits_soft_cap=0.0 is not a positive number"),
+    ("rgemma-soft-cap-negative", "a negative logits_soft_cap", _set("logits_soft_cap", -30), "logits_soft_cap=-30.0 is not a positive number"),
+    ("rgemma-soft-cap-string", "logits_soft_cap written as a string", _set("logits_soft_cap", "30"), "logits_soft_cap='30' is not a number"),
+    ("rgemma-conv-1", "conv1d_width 1", _set("conv1d_width", 1), "conv1d_width=1 (at least 2 taps)"),
+    ("rgemma-conv-huge", "conv1d_width 10^9", _set("conv1d_width", 10**9), "conv1d_width=1000000000 is outside"),
+    ("rgemma-lru-uneven", "lru_width not a multiple of the heads", _set("lru_width", 7), "lru_width=7 not a multiple of num_attention_heads=4"),
+    ("rgemma-rotary-above-1", "partial_rotary_factor 5", _set("rope_parameters", {"rope_type": "default", "partial_rotary_factor": 5}),
+     "partial_rotary_factor=5.0 (above 1)"),
+    ("rgemma-rope-type", "a rescaled RoPE", _set("rope_parameters", {"rope_type": "linear", "factor": 2.0}), "rope_type 'linear'"),
+    ("rgemma-act", "another activation", _set("hidden_activation", "relu"), "hidden_activation 'relu'"),
+    ("rgemma-kv-heads-uneven", "heads not a multiple of the kv heads", _set("num_key_value_heads", 3), "not a multiple of num_key_value_heads=3"),
+):  # fmt: skip
+    case(cid, "export", f"recurrent_gemma config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.rgemma, edit), *_out(e)], message)
 
 
 def _rwkv6_edit(e: Env, edit: Callable[[dict], None]) -> Path:

@@ -24,9 +24,11 @@ import pytest
 import torch
 
 from bad_inputs import CASES, Env, markdown
+import recurrent_gemma_files
 from gdn_files import GDNDims, write_gdn_folder
+from lfm3_files import write_lfm3
 from mamba2_files import Geometry, write_transformers_folder
-from moe_files import write_lfm2_moe
+from moe_files import write_lfm2_moe, write_nemotron_moe
 from rwkv6_files import Dims as RWKV6Dims
 from rwkv6_files import blinkdl_state_dict as rwkv6_state_dict
 from rwkv6_files import write_pth as write_rwkv6_pth
@@ -74,7 +76,8 @@ def shared(tmp_path_factory, blinkdl_pth, pth_fp32_bundle):
         "small_pth": write_pth(root / "small.pth", blinkdl_state_dict(Dims(width=64, head=32, ffn=128), seed=7)),
         "m2": write_transformers_folder(root / "m2", Geometry(), seed=1, tied=False),
         "gdn": write_gdn_folder(root / "gdn", GDNDims(), seed=1), "snapshot": snapshot,
-        "moe": write_lfm2_moe(root / "moe", seed=1), "spec": spec,
+        "moe": write_lfm2_moe(root / "moe", seed=1), "spec": spec, "nemotron_moe": write_nemotron_moe(root / "nemotron-moe", seed=1),
+        "lfm3": write_lfm3(root / "lfm3"), "rgemma": recurrent_gemma_files.write(root / "rgemma"),
         "rwkv6_pth": write_rwkv6_pth(root / "x060.pth", rwkv6_state_dict(RWKV6Dims(), seed=1)), "_roots": [root, pth_fp32_bundle.path, blinkdl_pth],
     }  # fmt: skip
 

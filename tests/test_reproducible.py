@@ -20,7 +20,7 @@ from ssmport.errors import SsmportError
 from ssmport.exporter.pipeline import export
 from ssmport.reproducible import asset_metadata_json, content_id, creation_date
 
-RECIPES = ("fp32", "int8keepproj")
+RECIPES = ("fp32", "int8keepproj", "int4keepproj")
 # The default prefill chunk (64): its 64x64 masks are folded into resource blobs by coreai's
 # C++ passes, which is where the last names came from.
 _EXPORT_BOTH = """
@@ -84,3 +84,39 @@ def test_source_date_epoch_sets_the_creation_date(monkeypatch):
 def test_asset_metadata_is_written_in_sorted_order():
     text = asset_metadata_json({"producer": "p", "assetVersion": "2.0"})
     assert text == '{\n  "assetVersion" : "2.0",\n  "producer" : "p"\n}'
+
+
+def _blobs(program) -> dict[str, tuple[str, str]]:
+    """{resource name: (its type, its printed bytes: alignment then data)} of a program."""
+    import re
+
+    text = str(program._module._mlir_module)
+    types = dict((n, t) for n, t in re.findall(r"dense_resource<(\w+)>\s*:\s*(tensor<[^>]*>)", text))
+    return {n: (types.get(n, "?"), h) for n, h in re.findall(r'(\w+): "0x([0-9A-Fa-f]+)"', text)}
+
+
+def test_a_packed_int4_weight_is_named_by_its_content_with_the_native_bytes():
+    """4-bit weights reach the converter packed two to a byte (a uint8 array for an si4
+    tensor); their blob was named natively (an address-seeded hash: another name in every
+    process, the int4 recipes' bundles differed). Now it is named by content, its bytes and
+    alignment those of the native blob."""
+    import coreai_torch
+    import torch
+    from coreai_torch import TorchConverter
+
+    from ssmport.ops.matmul import BlockwiseMatmul
+    from ssmport.reproducible import deterministic_names
+
+    q = torch.randint(-7, 8, (64, 48), dtype=torch.int8, generator=torch.Generator().manual_seed(0))
+    module = BlockwiseMatmul(q, torch.rand(2, 48, dtype=torch.float16), bits=4).eval()
+
+    def convert():
+        ep = torch.export.export(module, (torch.randn(1, 64),)).run_decompositions(coreai_torch.get_decomp_table())
+        return _blobs(TorchConverter().add_exported_program(ep, input_names=["x"], output_names=["y"]).to_coreai())
+
+    native = convert()
+    with deterministic_names():
+        named = convert()
+    int4 = {n: b for n, b in named.items() if b[0].endswith("xsi4>")}
+    assert len(int4) == 1 and all(n.startswith("w_") for n in int4), named.keys()
+    assert list(int4.values()) == [b for b in native.values() if b[0].endswith("xsi4>")]

@@ -235,13 +235,14 @@ def _rows_entry(converted: Converted, sig: GraphSignature | None, chunk: int | N
 
 def _check_tokenizer_files(model: LoadedModel) -> None:
     """The tokenizer_config.json and chat template that will travel with a tokenizer.json
-    must be readable: found only when writing the bundle, they failed the export at its end."""
+    must be readable (found only when writing the bundle, they failed the export at its end),
+    and the template must render (else only `ssmport chat` refused it, after the export)."""
     from ssmport.tokenizers import HF_JSON_KIND, tokenizer_kind
 
     if model.vocab_path is not None and tokenizer_kind(model.vocab_path) == HF_JSON_KIND:
-        from ssmport.tokenizers.chat_template import read_template
+        from ssmport.tokenizers.chat_template import check_renders
 
-        read_template(model.vocab_path.parent)
+        check_renders(model.vocab_path.parent)
 
 
 def _write_tokenizer(model: LoadedModel, out: Path) -> TokenizerEntry | None:

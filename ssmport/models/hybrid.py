@@ -36,6 +36,10 @@ from ssmport.state import KV, RING, StateSpec
 # `context`), bounded by what the model was trained for (`max_position_embeddings`).
 DEFAULT_CONTEXT = 4096
 MAX_CONTEXT = 1 << 20
+# A sliding layer's ring keeps `window` K/V rows whatever --context is (its memory is never
+# bounded by the export's options): above this many positions a "window" is a long-context KV
+# cache in disguise (the released windows: LFM3 256, RecurrentGemma 2048).
+MAX_WINDOW = 1 << 17
 
 # Layer kinds in transformers' names (LFM2's short conv: "conv"); config.json spells some the
 # legacy way (transformers' `_LEGACY_LAYER_TYPE_REMAP`: released Granite-4.0-H files say
@@ -139,10 +143,19 @@ def layer_kinds(values: Any, allowed: Sequence[str], r: ConfigReader, key: str) 
     if not isinstance(values, (list, tuple)) or not values or not all(isinstance(v, str) for v in values):
         raise CheckpointError(f"{r.origin}: config.json {key}={values!r} is not a list of layer kinds")
     kinds = tuple(LEGACY_LAYER_TYPES.get(v, v) for v in values)
-    unknown = sorted({k for k in kinds if k not in allowed})
+    unknown = sorted({v for v, k in zip(values, kinds) if k not in allowed})  # as the file spells them
     if unknown:
         raise r.unsupported(f"layer kind(s) {', '.join(map(repr, unknown))} in {key} (supported: {', '.join(allowed)})")
     return kinds
+
+
+def ring_window(r: ConfigReader, key: str, default: Any) -> int:
+    """A sliding window (the ring's slots) from config.json: a whole number in [1, MAX_WINDOW]."""
+    window = r.int(key, default, hi=1 << 63)  # the bound below, in its own words
+    if window > MAX_WINDOW:
+        raise CheckpointError(f"{r.origin}: config.json {key}={window} is above {MAX_WINDOW} positions (a sliding "
+                              f"layer keeps a ring of that many K/V rows whatever --context is)")  # fmt: skip
+    return window
 
 
 def rope_theta(r: ConfigReader, default: float) -> float:

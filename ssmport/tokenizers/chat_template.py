@@ -34,6 +34,10 @@ from ssmport.errors import SsmportError
 CONFIG_FILE = "tokenizer_config.json"
 TEMPLATE_FILE = "chat_template.jinja"  # where newer checkpoints keep the template instead
 _USER_1, _REPLY, _USER_2 = "ssmportUserTurnOne", "ssmportAssistantReply", "ssmportUserTurnTwo"
+# The placeholder conversations the template is cut from: one user turn; user, reply, user.
+_CONVERSATIONS = ([{"role": "user", "content": _USER_1}],
+                  [{"role": "user", "content": _USER_1}, {"role": "assistant", "content": _REPLY},
+                   {"role": "user", "content": _USER_2}])  # fmt: skip
 _SPECIAL_KEYS = ("bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token")
 
 
@@ -80,10 +84,8 @@ MAX_TEMPLATE_CHARS = 1 << 20  # a rendered turn, and any string or list the temp
 def render(source: str, messages: list[dict], config: dict, where: str) -> str:
     """The template rendered as transformers renders it, with add_generation_prompt, within
     MAX_TEMPLATE_SECONDS and MAX_TEMPLATE_CHARS; any failure is one line naming `where`."""
-    import jinja2
-
     def raise_exception(message):
-        raise jinja2.TemplateError(message)
+        raise _Refusal(message)
 
     env = _environment()
     env.globals.update(raise_exception=raise_exception)
@@ -97,12 +99,37 @@ def render(source: str, messages: list[dict], config: dict, where: str) -> str:
                     raise _TooBig(f"it writes more than {MAX_TEMPLATE_CHARS:,} characters")
                 pieces.append(piece)
             return "".join(pieces)
+    except _Refusal as exc:
+        raise TemplateRefusal(f"{where}: the chat template does not render (TemplateError: {exc})") from None
     except Exception as exc:  # noqa: BLE001 (a template can fail any way: {% include %}, recursion, overflow)
         raise SsmportError(f"{where}: the chat template does not render ({type(exc).__name__}: {exc})") from None
 
 
 class _TooBig(Exception):
     pass
+
+
+class _Refusal(Exception):
+    """The template's own raise_exception(...)."""
+
+
+class TemplateRefusal(SsmportError):
+    """A template that rendered until its own raise_exception refused the messages."""
+
+
+def check_renders(folder: Path) -> None:
+    """Refuse a chat template in `folder` that cannot render (an {% include %}, unbounded work,
+    recursion: what `ssmport chat` would refuse) before it is exported, by rendering a
+    conversation of placeholder messages as chat does. A template whose own raise_exception
+    refuses those messages passes: a real one may insist on a system turn or on roles ssmport's
+    placeholders lack, and chat names that refusal itself."""
+    found = read_template(folder)
+    if found is None:
+        return
+    source, config, path = found
+    with contextlib.suppress(TemplateRefusal):
+        for messages in _CONVERSATIONS:
+            render(source, messages, config, str(path))
 
 
 def _environment():
@@ -158,9 +185,7 @@ def _time_limit(seconds: float):
 def turn_pieces(source: str, config: dict, where: str) -> tuple[str, str]:
     """(first user turn, later user turn), "{message}" standing for the user's text; the later
     one begins right after the previous reply (with its turn end)."""
-    first = render(source, [{"role": "user", "content": _USER_1}], config, where)
-    two = render(source, [{"role": "user", "content": _USER_1}, {"role": "assistant", "content": _REPLY},
-                          {"role": "user", "content": _USER_2}], config, where)  # fmt: skip
+    first, two = (render(source, messages, config, where) for messages in _CONVERSATIONS)
     if first.count(_USER_1) != 1 or [two.count(s) for s in (_USER_1, _REPLY, _USER_2)] != [1, 1, 1] or not (
         two.index(_USER_1) < two.index(_REPLY) < two.index(_USER_2)
     ):

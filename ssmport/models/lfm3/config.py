@@ -16,7 +16,7 @@ from typing import Any
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
-from ssmport.models.hybrid import ATTENTION, CONV, DEFAULT_CONTEXT, SLIDING, HybridConfig, layer_kinds
+from ssmport.models.hybrid import ATTENTION, CONV, DEFAULT_CONTEXT, SLIDING, HybridConfig, layer_kinds, ring_window
 from ssmport.models.layers.attention import AttentionSpec
 from ssmport.models.lfm2.config import Lfm2Config
 from ssmport.models.loading import ConfigReader
@@ -84,7 +84,11 @@ def _rope(r: ConfigReader, kinds: tuple[str, ...]) -> dict[str, float]:
         return {}
     if not isinstance(params, Mapping):
         raise CheckpointError(f"{r.origin}: config.json rope_parameters={params!r} is not an object")
-    per_kind = set(params) <= {ATTENTION, SLIDING}
+    per_kind = any(isinstance(v, Mapping) for v in params.values()) or not params  # else one set for both kinds
+    unknown = sorted(set(params) - {ATTENTION, SLIDING}) if per_kind else []
+    if unknown:
+        raise r.unsupported(f"rope_parameters for layer kind(s) {', '.join(map(repr, unknown))} (LFM3 has "
+                            f"{ATTENTION} and {SLIDING})")  # fmt: skip
     out = {}
     for kind, prefix in ((ATTENTION, "full"), (SLIDING, "sliding")):
         if kind not in kinds:
@@ -123,7 +127,7 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[Lfm3Config, b
         vocab_size=r.int("vocab_size", 128_000), hidden_size=r.int("hidden_size", 2048), layer_types=kinds,
         num_heads=r.int("num_attention_heads", 16), num_kv_heads=r.int("num_key_value_heads", 4),
         head_dim=r.int("head_dim", 128), intermediate_size=r.int("intermediate_size", 7680),
-        sliding_window=256 if window is None else r.int("sliding_window", 256, hi=1 << 24), conv_kernel=r.int("conv_L_cache", 7),
+        sliding_window=256 if window is None else ring_window(r, "sliding_window", 256), conv_kernel=r.int("conv_L_cache", 7),
         conv_bias=r.bool("conv_bias", False), attention_bias=r.bool("attention_bias", False),
         attention_gate=r.bool("use_attention_gate", True), sandwich_norm=r.bool("use_sandwich_norm", True),
         norm_eps=r.float("norm_eps", 1e-5, positive=True), context=min(DEFAULT_CONTEXT, max_positions),

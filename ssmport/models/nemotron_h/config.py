@@ -134,6 +134,8 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> NemotronHConfig:
     moe = "E" in pattern
     r.refuse({f"unknown layer kind(s) {sorted(set(pattern) - set(PATTERN_KINDS))} in the layer pattern":
                   bool(set(pattern) - set(PATTERN_KINDS)),
+              f"scoring_func={cj.get('scoring_func')!r} (Nemotron-H's router scores by sigmoid)":
+                  moe and cj.get("scoring_func", "sigmoid") != "sigmoid",
               f"moe_latent_size={cj.get('moe_latent_size')} (a latent expert projection: not implemented)":
                   moe and cj.get("moe_latent_size") is not None,
               f"n_shared_experts={cj.get('n_shared_experts')} (transformers builds one shared expert)":

@@ -10,7 +10,7 @@ import torch
 
 from ssmport.architectures.base import HubSource, Preset
 from ssmport.errors import CheckpointError
-from ssmport.models.hybrid import HybridConfig, rope_theta
+from ssmport.models.hybrid import HybridConfig, ring_window, rope_theta
 from ssmport.models.layers.attention import AttentionSpec
 from ssmport.models.loading import ConfigReader
 
@@ -86,12 +86,15 @@ def from_transformers(cj: Mapping[str, Any], origin: str) -> tuple[RecurrentGemm
     rope = ConfigReader(rope if isinstance(rope, Mapping) else {}, origin, "RecurrentGemma",
                         defaults={"partial_rotary_factor": r.raw("partial_rotary_factor", 0.5)})  # fmt: skip
     r.refuse({f"hidden_activation {act!r} (only gelu_pytorch_tanh)": act != "gelu_pytorch_tanh"})
+    windows = {k: cj[k] for k in ("attention_window_size", "sliding_window") if cj.get(k) is not None}
+    r.refuse({f"attention_window_size={windows.get('attention_window_size')!r} and sliding_window="
+              f"{windows.get('sliding_window')!r} (transformers reads them as one)": len(set(map(repr, windows.values()))) > 1})
     unset = lambda key, default: default if cj.get(key) is None else r.int(key)  # noqa: E731  null: the default
     cfg = RecurrentGemmaConfig(
         vocab_size=r.int("vocab_size", 256000), hidden_size=hidden, layer_types=tuple((kinds * layers)[:layers]),
         num_heads=heads, num_kv_heads=unset("num_key_value_heads", heads), lru_width=unset("lru_width", hidden),
         intermediate_size=r.int("intermediate_size", 3 * 2560, lo=2) // 2,
-        window=r.int("attention_window_size", unset("sliding_window", 2048)),  # transformers maps one to the other
+        window=ring_window(r, next(iter(windows), "attention_window_size"), 2048),  # transformers maps one to the other
         conv_width=r.int("conv1d_width", 4), logits_soft_cap=r.float("logits_soft_cap", 30.0, positive=True),
         norm_eps=r.float("rms_norm_eps", 1e-6, positive=True), rope_theta=rope_theta(r, 10000.0),
         partial_rotary_factor=rope.float("partial_rotary_factor", positive=True),
