@@ -28,7 +28,7 @@ from torch import nn
 
 from ssmport.graph import Step, layer_slots, run_blocks, write_state_values
 from ssmport.manifest import DYNAMIC_DIM, with_positions
-from ssmport.ops.rows import last_valid, read_layer
+from ssmport.ops.rows import blend_at, last_valid, read_layer
 from ssmport.state import KV, StateSpec
 
 TRACE_POSITIONS = 16  # the KV caches' positions in the tracing example (more than any traced position)
@@ -119,23 +119,14 @@ def read_kv_layer(cache: torch.Tensor, slot: int) -> torch.Tensor:
 def blend_rows(cache: torch.Tensor, rows: list[torch.Tensor], step: Step) -> None:
     """Every layer's new rows [heads, T, d] into the cache [L, 1, heads, S, d] at the rows'
     positions (consecutive from step.positions[0]; a chunk's rows >= valid_len are padding and
-    not written), blended in over the whole cache as cache * (1 - hit) + new * hit with a 0/1
-    `hit` per position: exact for finite values, and broadcasting multiplies and an add, where
-    `where` on a dynamic shape materialises its broadcasts (`broadcast_to`) and ran ~30x slower
-    per byte here. A position >= S writes nothing (the runner grows S first)."""
-    L, _, heads, S, d = cache.shape
+    not written), blended in over the whole cache (ssmport.ops.rows.blend_at). A position >= S
+    writes nothing (the runner grows S first)."""
+    S = cache.shape[3]
     if step.decode:
-        hit = (torch.arange(S) == step.positions.long().view(1)).to(cache.dtype).view(1, 1, 1, S, 1)
-        new = torch.stack([r.view(heads, d) for r in rows]).view(L, 1, heads, 1, d).to(cache.dtype)
+        blend_at(cache, rows, torch.arange(S) == step.positions.long().view(1), None)
     else:
-        T = rows[0].shape[1]
         offset = torch.arange(S) - step.positions[0:1].long()  # [S]: row of the chunk landing at each position
-        hit = ((offset >= 0) & (offset < step.valid_len.long())).to(cache.dtype).view(1, 1, 1, S, 1)
-        # the chunk's rows as [T, L*heads*d], looked up at each position's offset: a gather (memory speed here)
-        table = torch.cat([r.transpose(0, 1).reshape(T, heads * d) for r in rows], dim=1)
-        landed = F.embedding(offset.clamp(0, T - 1), table).view(S, L, 1, heads, d)
-        new = landed.permute(1, 2, 3, 0, 4).to(cache.dtype)
-    cache.copy_(cache * (1 - hit) + new * hit)
+        blend_at(cache, rows, (offset >= 0) & (offset < step.valid_len.long()), offset)
 
 
 def blend_rows_naive(cache: torch.Tensor, rows: list[torch.Tensor], positions: torch.Tensor, valid: int) -> None:

@@ -108,6 +108,9 @@ class RingToy(ssmport.Architecture):
     def keeps_float(self, name):
         return name != "out"
 
+    def apple_state_splits(self, c):
+        return []  # its states as they are (the apple layout merges the two rings into one)
+
 
 RINGTOY = RingToy(name="ringtoy", description="test-only: sliding-window attention over ring states + full attention",
                   presets=(ssmport.Preset("ringtoy-tiny", "ringtoy", asdict(RingToyConfig()), "test model", released=False),),

@@ -53,6 +53,15 @@ REC, HYB = toy_bundle(RECURRENT_3), toy_bundle(HYBRID)
 KV = (TensorDesc("keyCache", (1, 1, 1, None, 6), "float32"), TensorDesc("valueCache", (1, 1, 1, None, 6), "float32"))
 
 
+def with_states(desc: BundleDesc, states: tuple[TensorDesc, ...], kinds: dict[str, str]) -> BundleDesc:
+    """The bundle with these states in main and prefill, language.states declaring `kinds`."""
+    desc = with_prefill(with_main(desc, states=states), states=states)
+    return with_meta(desc, lambda meta: meta["language"].__setitem__("states", kinds))
+
+
+RING = TensorDesc("slidingCache", (4, 1, 1, 6, 6), "float32")  # ssmport's two rings as one state
+
+
 def _set(path: str, value):
     def edit(meta):
         *parents, last = path.split(".")
@@ -151,6 +160,12 @@ CASES = [
     ("pipelined KV pair with the sequence at dim 2 of 5",
      lambda d: with_main(d, states=tuple(replace(k, shape=(1, 1, None, 1, 6)) for k in KV) + d.functions["main"].states[2:]),
      PIPE, NOW, "states.kv_layout"),
+    # -- sliding-window rings --
+    ("a ring with no fixed state (rewinds move the cursor)",
+     lambda d: with_states(d, KV + (RING,), {"keyCache": "kv_cache", "valueCache": "kv_cache", "slidingCache": "sliding_cache"}),
+     PIPE, LATER, "states.ring_rewind"),
+    ("every state a sliding cache (compact positions)",
+     lambda d: with_states(d, (RING, replace(RING, name="slidingValueCache")), {}), SEQ, LATER, "states.all_sliding"),
     # -- the prefill function (prefill-graph revision) --
     ("prefill inputs in another order", lambda d: with_prefill(d, inputs=(POS, IDS)), SEQ, LATER, "prefill.inputs"),
     ("prefill without a state", lambda d: with_prefill(d, states=d.functions["prefill"].states[1:]), PIPE, LATER,
@@ -188,6 +203,17 @@ def test_recommended_layouts_pass(layout, engine, revisions) -> None:
 def test_the_base_descriptions_pass_where_the_cases_break_them() -> None:
     assert check_engine(REC, SEQ, NOW).can_drive and check_engine(REC, SEQ, LATER).can_drive
     assert check_engine(HYB, PIPE, NOW).can_drive and check_engine(HYB, PIPE, LATER).can_drive
+
+
+def test_a_ring_beside_a_fixed_state_passes() -> None:
+    """LFM3's apple layout: kv, kv, sliding, fixed -- the fixed state makes every rewind a full reset."""
+    conv = HYB.functions["main"].states[2]
+    desc = with_states(HYB, KV + (RING, conv), {"keyCache": "kv_cache", "valueCache": "kv_cache",
+                                                 "slidingCache": "sliding_cache", conv.name: "fixed"})  # fmt: skip
+    for engine in (SEQ, PIPE):
+        for revision in (NOW, LATER):
+            verdict = check_engine(desc, engine, revision)
+            assert verdict.can_drive, [str(g) for g in verdict.failures]
 
 
 def test_defaults_and_static_shape() -> None:

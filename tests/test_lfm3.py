@@ -188,10 +188,56 @@ def test_the_preset_has_transformers_default_size():
     assert config.layer_types == tuple(Lfm3Config().layer_types) and config.sliding_window == Lfm3Config().sliding_window
 
 
-def test_apple_layout_is_refused_in_one_line(tmp_path, capsys):
+# -- --layout apple: the rings as Apple's sliding cache (docs/apple-engines.md, section 8) ------------
+
+FP16_ROUNDING = 2.0**-11  # the apple layout's logits are fp16: round to nearest, half an ulp of each logit
+APPLE_STATES = ["keyCache", "valueCache", "slidingCache", "convStates"]
+
+
+@pytest.fixture(scope="module")
+def apple_bundle(folder, tmp_path_factory):
+    return export(str(folder), tmp_path_factory.mktemp("apple"), quant="fp32", gate_steps=6, context=64, layout="apple",
+                  progress=False)  # fmt: skip
+
+
+def test_apple_bundle_matches_transformers_and_the_default_bundle(apple_bundle, bundle, theirs):
+    """Four states, the two rings as one `slidingCache` (Apple's engines take 2-4); logits within
+    the default bundle's bounds plus the fp16 rounding of Apple's logits."""
+    import json
+
+    m = apple_bundle.manifest
+    assert m.gate.passed and [s.name for s in m.states] == APPLE_STATES
+    assert m.states[2].kind == "ring" and m.states[2].shape == (4, 1, D.kv_heads, W, D.head_dim)
+    meta = json.loads((apple_bundle.path / "metadata.json").read_text())["language"]["states"]
+    assert meta == {"keyCache": "kv_cache", "valueCache": "kv_cache", "slidingCache": "sliding_cache", "convStates": "fixed"}
+    with Runner(apple_bundle.path, prefill=False) as runner:
+        ours = runner.step_each(STREAM)
+    with Runner(bundle.path, prefill=False) as runner:
+        default = runner.step_each(STREAM)
+    assert (np.abs(ours - theirs) <= CORE_AI_ATOL + np.abs(theirs) * FP16_ROUNDING).all()
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    assert (np.abs(ours - default) <= 1e-4 + np.abs(default) * FP16_ROUNDING).all()
+
+
+@pytest.mark.parametrize("rows, n", [(5, W + 1), (5, 3 * W + 2), (CHUNK, W), (CHUNK, CHUNK + 1), (CHUNK, 3 * CHUNK + 5)])
+def test_apple_prefill_equals_the_m1_loop(apple_bundle, rows, n):
+    """Prefill calls shorter and longer than the window (a call wraps the rings)."""
+    assert_coreai_prefill_equals_m1_loop(apple_bundle.path, n, chunk=64, rows=rows)
+
+
+def test_apple_snapshot_across_a_wrap_restores_exactly(apple_bundle, tmp_path):
+    snap = assert_snapshot_restores(apple_bundle.path, prompt(2 * W + 3, D.vocab), prompt(W + 2, D.vocab, seed=5),
+                                    prompt(9, D.vocab, seed=9), tmp_path / "lfm3-apple.safetensors")  # fmt: skip
+    assert snap.states["slidingCache"].shape == (4, 1, D.kv_heads, W, D.head_dim)
+
+
+def test_check_engine_says_which_engines_drive_the_apple_bundle(apple_bundle, capsys):
+    """At the prefill-graph revision both dynamic engines drive it (kv, kv, sliding, fixed: the
+    fixed conv state makes every rewind a full reset, which keeps the ring exact)."""
     from ssmport.cli.main import main
 
-    assert main(["export", "lfm3-tiny", "-o", str(tmp_path / "out"), "--layout", "apple", "-q"]) != 0
-    err = capsys.readouterr().err.strip()
-    assert "ring states (slidingKeyCache, slidingValueCache)" in err and len(err.splitlines()) == 1
-    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+    assert main(["check-engine", str(apple_bundle.path)]) == 0
+    out = capsys.readouterr().out
+    assert "coreai-pipelined @prefill-graph  drives  (default engine)" in out
+    assert "coreai-sequential @prefill-graph  drives" in out
+    assert "ring_rewind" not in out

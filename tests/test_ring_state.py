@@ -75,6 +75,33 @@ def test_ring_slot_is_python_modulo():
         assert sliding.ring_slot(p, window).tolist() == [int(x) % window for x in p]
 
 
+@pytest.mark.parametrize("start, T, valid", [(0, 1, None), (13, 1, None), (0, 4, 4), (5, 4, 3), (3, 8, 8), (20, 8, 7), (2, 17, 17)])
+def test_the_blend_leaves_the_ring_the_scatter_leaves(start, T, valid):
+    """sliding.blend (the apple layout's write: no scatter, static W slots) against sliding.write
+    (the index_copy) and the naive per-row write, decode and chunks shorter and longer than W."""
+    from ssmport.ops.rows import blend_at, blend_at_naive
+
+    g = torch.Generator().manual_seed(start * 31 + T)
+    ring = torch.randn(3, 1, 2, W, 5, generator=g)
+    rows = [torch.randn(2, T, 5, generator=g) for _ in range(3)]
+    positions = torch.arange(start, start + T, dtype=torch.int32)
+    valid_len = None if valid is None else torch.tensor([valid], dtype=torch.int32)
+    scattered, blended = ring.clone(), ring.clone()
+    sliding.write(scattered, rows, positions, valid_len)
+    sliding.blend(blended, rows, positions, valid_len)
+    assert torch.equal(blended, scattered)
+    n = valid or 1
+    for layer, r in enumerate(rows):
+        naive = ring[layer, 0].clone()
+        sliding.write_naive(naive, r[:, :n], list(range(start, start + n)))
+        assert torch.equal(blended[layer, 0], naive)
+    hit, offset = torch.tensor([True, False] * 3)[:W], torch.tensor([0, 5, T - 1, -2, 0, 9])[:W] % T
+    a, b = ring.clone(), ring.clone()
+    blend_at(a, rows, hit, offset)
+    blend_at_naive(b, rows, hit, offset)
+    assert torch.equal(a, b)
+
+
 def test_window_semantics_are_transformers():
     """A token at position p sees p-W+1 .. p (transformers' sliding_window_overlay)."""
     from transformers.masking_utils import sliding_window_overlay
@@ -170,3 +197,73 @@ def test_inspect_names_the_rings(bundle, capsys):
     ring_bytes = 2 * 2 * CFG.kv_heads * W * CFG.head_dim * 4
     assert f"sliding window: slidingKeyCache, slidingValueCache are rings of {W} positions, {ring_bytes / 1024:.1f} KB" in out
     assert f"kv cache: {CFG.context} positions" in out
+
+
+# -- the apple layout (docs/apple-engines.md, section 8, "Sliding-window rings") --------------------
+
+FP16_ROUNDING = 2.0**-11  # the apple layout's logits are fp16: round to nearest, half an ulp of each logit
+
+
+@pytest.fixture(scope="module")
+def apple_bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("ring-apple")
+    return export(toy_model(), out, quant="fp32", gate=False, progress=False, layout="apple").path
+
+
+def test_apple_layout_keeps_both_rings_as_one_sliding_cache(apple_bundle, capsys):
+    import json
+
+    from ssmport.cli.main import main
+
+    m = Bundle.open(apple_bundle).manifest
+    assert [(s.name, s.kind, s.shape) for s in m.states] == [
+        ("keyCache", "kv", (1, 1, CFG.kv_heads, -1, CFG.head_dim)), ("valueCache", "kv", (1, 1, CFG.kv_heads, -1, CFG.head_dim)),
+        ("slidingCache", "ring", (4, 1, CFG.kv_heads, W, CFG.head_dim))]  # fmt: skip
+    assert m.states[2].window == W  # static: the ring's W slots, whatever the context
+    meta = json.loads((apple_bundle / "metadata.json").read_text())
+    assert meta["language"]["states"] == {"keyCache": "kv_cache", "valueCache": "kv_cache", "slidingCache": "sliding_cache"}
+    assert main(["inspect", str(apple_bundle)]) == 0
+    ring_bytes = 4 * CFG.kv_heads * W * CFG.head_dim * 4
+    assert f"sliding window: slidingCache holds rings of {W} positions, {ring_bytes / 1024:.1f} KB" in capsys.readouterr().out
+
+
+def test_apple_bundle_matches_the_reference_and_the_default_bundle(apple_bundle, bundle):
+    """Logits within the default test's 1e-5 of scale plus the fp16 rounding of Apple's logits;
+    the ring rows (keys of layer 0 and 2, then values) exactly as the default test wants them."""
+    tokens = prompt(STREAM, CFG.vocab_size)
+    want, state = reference_run(tokens)
+    want = want.numpy()
+    with Runner(apple_bundle, prefill=False) as runner:
+        got = runner.step_each(tokens)
+        ring = runner.state("slidingCache")
+    with Runner(bundle, prefill=False) as runner:
+        default = runner.step_each(tokens)
+    scale = np.abs(want).max()
+    assert (np.abs(got - want) <= np.abs(want) * FP16_ROUNDING + 1e-5 * scale).all()
+    assert (np.abs(got - default) <= np.abs(default) * FP16_ROUNDING + 1e-5 * scale).all()
+    assert (got.argmax(-1) == want.argmax(-1)).all()
+    for row, (kv, layer) in enumerate((("K", 0), ("K", 2), ("V", 0), ("V", 2))):
+        np.testing.assert_allclose(ring[row, 0], naive_ring(state[kv][layer]).numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, n", [(4, W - 1), (4, W + 1), (4, 2 * W + 1), (8, W + 1), (8, 3 * 8 + 5), (None, 47)])
+def test_apple_prefill_equals_the_m1_loop(apple_bundle, rows, n):
+    """Prefill calls of 4 and 8 rows (shorter and longer than the window: a call wraps the
+    ring), and of 46 (the bound, 48, minus the token held back for main)."""
+    assert_coreai_prefill_equals_m1_loop(apple_bundle, n, chunk=CFG.context, rows=rows)
+
+
+def test_apple_snapshot_across_a_wrap_restores_exactly(apple_bundle, tmp_path):
+    first, then = prompt(2 * W + 3, CFG.vocab_size), prompt(W + 2, CFG.vocab_size, seed=5)
+    snap = assert_snapshot_restores(apple_bundle, first, then, prompt(9, CFG.vocab_size, seed=9), tmp_path / "r.safetensors")
+    assert snap.states["slidingCache"].shape == (4, 1, CFG.kv_heads, W, CFG.head_dim)  # both rings whole
+
+
+def test_check_engine_names_the_ring_rewind_when_no_state_is_fixed(apple_bundle, capsys):
+    """kv, kv, sliding: no fixed state, so the engines rewind by moving the cursor, which a ring
+    of W slots survives only for one token: check-engine says so for every dynamic engine."""
+    from ssmport.cli.main import main
+
+    main(["check-engine", str(apple_bundle)])
+    out = capsys.readouterr().out
+    assert out.count("states.ring_rewind [misdrives]") == 4  # sequential and pipelined, 86b363d and prefill-graph

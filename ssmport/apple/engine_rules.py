@@ -31,14 +31,18 @@ from .sources import (
     PREFILL_GRAPH_FILE,
     REVISIONS,
     SEQUENTIAL,
+    STATE_FACTORY,
     STATE_FACTORY_LATER,
+    STATIC_STATE,
+    STATIC_STATE_COMMIT,
+    TOKEN_INPUT,
     SWIFT_TRANSFORMERS,
     SWIFT_TRANSFORMERS_COMMIT,
     SWIFT_TRANSFORMERS_TOKENIZER,
     Citation,
     cite,
 )
-from .state_kinds import FIXED, HEURISTIC, KV_CACHE as KV, LEGACY_RULE, classify
+from .state_kinds import FIXED, HEURISTIC, KV_CACHE as KV, LEGACY_RULE, SLIDING_CACHE, classify, has_non_truncatable
 
 SEQUENTIAL_ENGINE, PIPELINED_ENGINE, STATIC_SHAPE_ENGINE = "coreai-sequential", "coreai-pipelined", "static-shape"
 ENGINES = (SEQUENTIAL_ENGINE, PIPELINED_ENGINE, STATIC_SHAPE_ENGINE)
@@ -329,6 +333,7 @@ def _state_contract(desc: BundleDesc, main: FunctionDesc, revision: str, engine:
             cap = f"; the pipelined engine caps the context at its dim {s.shape[3 if len(s.shape) == 5 else 2]}" if not seq and len(s.shape) > 2 else ""
             yield Guard("states.kv_static", source, condition, MISDRIVES,
                         f"{name} {_shape(s)} has no dynamic dimension yet is taken as a KV cache{_kind_consequence(FIXED)}{cap}")
+    yield from _ring_contract(main, kinds, declared, revision, seq)
     kv = [main.state(n) for n, k in kinds.items() if k == KV]
     if not kv:
         return
@@ -348,6 +353,26 @@ def _state_contract(desc: BundleDesc, main: FunctionDesc, revision: str, engine:
                             MISDRIVES, f"{s.name} {_shape(s)}: the pipelined KV pair must be [L, B, H, S?, D] (or [B, H, S?, D]) "
                             "with only S dynamic; otherwise the context is capped at that dim and the value "
                             "state is re-shaped by the key's sequence dim")
+
+
+def _ring_contract(main: FunctionDesc, kinds: dict[str, str], declared: dict, revision: str, seq: bool) -> Iterator[Guard]:
+    """A ring (a state language.states declares sliding_cache: ssmport's sliding-window ring,
+    W slots written at position mod W) under the dynamic engines' handling of that kind."""
+    rings = [n for n, k in kinds.items() if k == SLIDING_CACHE and declared.get(n) == SLIDING_CACHE]
+    if rings and not has_non_truncatable(kinds):
+        yield Guard("states.ring_rewind", cite(STATE_FACTORY, 130, 138),
+                    "case .slidingCache: fixedPairs.append(...) -- only .fixed sets hasNonTruncatable", MISDRIVES,
+                    f"{', '.join(rings)}: a sliding cache is rewound by moving the cursor, and no fixed state forces a "
+                    "full reset instead; a ring of W slots still holds the keys the next token needs only after a "
+                    "rewind of one token (a re-sent prompt), not a deeper one (a shortened prompt, reset(to:), a "
+                    f"diverging turn). The static-shape engine checks this (SlidingRing.allowsRewind, {STATIC_STATE}"
+                    f"@{STATIC_STATE_COMMIT}: processed - target <= depth - window + 1); the dynamic engines do not")
+    if revision == PREFILL_GRAPH and seq and kinds and all(k == SLIDING_CACHE for k in kinds.values()):
+        yield Guard("states.all_sliding", cite(STATE_FACTORY, 0, commit=STATE_FACTORY_LATER),
+                    "isAllSlidingCache: classified.allSatisfy { $0.kind == .slidingCache } -> useCompactPositionIds",
+                    MISDRIVES, f"every state is a sliding cache, so position_ids carry only the new tokens' positions "
+                    f"[processed ..< processed + T] ({TOKEN_INPUT}), not the whole history the graph reads its "
+                    "positions from")
 
 
 def _valid_prefill(desc: BundleDesc, main: FunctionDesc) -> bool:

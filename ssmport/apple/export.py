@@ -12,7 +12,7 @@ import torch
 
 from ssmport.apple.graph import APPLE_MAINS, CHUNK_MAIN, DECODE_MAIN, INPUT_NAMES, MAIN, OUTPUT_NAMES, PREFILL, AppleLM
 from ssmport.apple.metadata import WORLD_CHAT_TEMPLATE, metadata_json, tokenizer_config_json
-from ssmport.apple.state_kinds import FIXED, KV_CACHE
+from ssmport.apple.state_kinds import FIXED, KV_CACHE, SLIDING_CACHE
 from ssmport.errors import SsmportError
 from ssmport.state import KV, RING
 
@@ -21,6 +21,7 @@ from ssmport.state import KV, RING
 MAX_ROWS = 512
 MAX_POSITIONS = 1 << 17  # the longest history `position_ids` may carry into a recurrent model
 TRACE_POSITIONS = 16  # a growing KV cache's positions in the tracing example (more than its P)
+APPLE_KINDS = {KV: KV_CACHE, RING: SLIDING_CACHE}  # ssmport's state kinds as Apple's (others: fixed)
 
 
 def max_rows(arch, specs) -> int:
@@ -39,10 +40,6 @@ def apple_modules(arch, config, decode, with_prefill: bool, main_form: str = DEC
         # dynamic token count without a loop (Apple's prefill does; mamba1's scan unrolls per block)
         raise SsmportError(f"--layout apple: {arch.name} has no apple layout: Apple's prefill takes a dynamic token "
                            f"count, which {arch.name}'s chunked prefill form cannot; use the default layout")  # fmt: skip
-    rings = [s.name for s in decode.specs if s.kind == RING]
-    if rings:  # its write is a scatter, which the converter refuses on the dynamic token axis
-        raise SsmportError(f"--layout apple: {arch.name}'s sliding-window ring states ({', '.join(rings)}) are not in "
-                           "the apple layout yet (use the default layout)")  # fmt: skip
     context = min((s.context for s in decode.specs if s.context is not None), default=None)
     if context is not None and context < TRACE_POSITIONS:  # torch.export traces a KV cache at 16 positions
         raise SsmportError(f"--context {context}: the apple layout needs a KV cache of at least {TRACE_POSITIONS} "
@@ -109,7 +106,7 @@ def write_files(out: Path, manifest, model) -> None:
         tokenizer=(model.provenance.get("hub") or {}).get("repo") or manifest.name,
         asset=manifest.asset.path,
         compression=manifest.recipe.name,
-        states={s.name: KV_CACHE if s.kind == KV else FIXED for s in manifest.states},
+        states={s.name: APPLE_KINDS.get(s.kind, FIXED) for s in manifest.states},
     )
     (out / "metadata.json").write_text(json.dumps(metadata, indent=2) + "\n", "utf-8")
 

@@ -29,6 +29,11 @@ engines' heuristic takes a state with a dynamic dimension for a KV cache, and a 
 named "...Cache" for a sliding cache, which the pipelined engine refuses). A call writes its
 T new rows at positions P-T .. P-1 with one slice update and its attention reads the first P
 positions; the caller keeps S >= P (the Core AI runtime clamps a write past S silently).
+
+Ring states (sliding-window layers, ssmport.ops.sliding) are stored as one static state,
+slidingCache [L_K + L_V, 1, kv_heads, W, head_dim] (the rows of each ring in turn), so that LFM3
+has the four states Apple's engines take at most; it is written by one blend over its W slots
+(`sliding.blend`: the converter refuses the default layout's scatter when T is dynamic).
 """
 
 from __future__ import annotations
@@ -42,8 +47,10 @@ from torch import nn
 from ssmport.graph import Step, layer_slots, run_blocks, write_state_values
 from ssmport.growing_kv import read_kv_layer
 from ssmport.manifest import DYNAMIC_DIM, with_positions
+from ssmport.models.layers import SLIDING_CACHE
+from ssmport.ops import sliding
 from ssmport.ops.rows import read_layer
-from ssmport.state import KV, StateSpec, StateSplit
+from ssmport.state import KV, RING, StateSpec, StateSplit
 
 MAIN, PREFILL = "main", "prefill"
 DECODE_MAIN, CHUNK_MAIN = "decode", "chunk"
@@ -54,11 +61,19 @@ OUTPUT_NAMES = {MAIN: ("logits",), PREFILL: ()}
 
 def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> list[StateSpec]:
     """The layout's states: each split native state replaced by its parts, in place; each kv
-    state with a dynamic position axis, up to the positions it held natively."""
+    state with a dynamic position axis, up to the positions it held natively; the ring states
+    as one (`ring_rows`), where the first of them was."""
     by_state = {s.state: s for s in splits}
+    rings = [s for s in native if s.kind == RING]
     specs = []
     for spec in native:
         split = by_state.get(spec.name)
+        if spec.kind == RING:
+            if split is not None:
+                raise ValueError(f"ring state {spec.name} cannot be split")
+            if spec is rings[0]:
+                specs.append(merged_ring(rings))
+            continue
         if spec.kind == KV:
             if split is not None:
                 raise ValueError(f"kv state {spec.name} cannot be split")
@@ -79,6 +94,27 @@ def apple_specs(native: Sequence[StateSpec], splits: Sequence[StateSplit]) -> li
     return specs
 
 
+def merged_ring(rings: Sequence[StateSpec]) -> StateSpec:
+    """The ring states [L_i, 1, heads, W, d] stacked along their layer axis as one state
+    (Apple's engines take at most four states; a static shape named "...Cache" is their sliding
+    cache): the rows of the first, then of the next."""
+    first = rings[0]
+    if any(r.shape[1:] != first.shape[1:] or r.dtype != first.dtype for r in rings):
+        raise ValueError(f"ring states {[r.name for r in rings]} differ in shape or dtype")
+    rows = ", then ".join(f"{r.name}'s {r.shape[0]}" for r in rings)
+    return StateSpec(SLIDING_CACHE, (sum(r.shape[0] for r in rings), *first.shape[1:]), first.dtype,
+                     f"[ring row ({rows}), batch, kv head, slot (position mod window), head_dim]", RING)  # fmt: skip
+
+
+def ring_rows(native: Sequence[StateSpec]) -> dict[str, int]:
+    """Where each ring state's rows start in the merged one."""
+    rows, first = {}, 0
+    for spec in native:
+        if spec.kind == RING:
+            rows[spec.name], first = first, first + spec.shape[0]
+    return rows
+
+
 class AppleLM(nn.Module):
     """`main` (with_head) or `prefill` (without) of the apple layout, over a decode module's
     embedding, blocks and head (`ssmport.graph.CausalLM`), whose native states it stores as
@@ -94,6 +130,7 @@ class AppleLM(nn.Module):
         self.splits = {s.state: s for s in splits}
         self.specs = tuple(apple_specs(self.native, splits))
         self.dynamic = frozenset(s.name for s in self.specs if s.dynamic)  # the growing KV caches
+        self.ring_rows = ring_rows(self.native)  # native ring -> its first row in SLIDING_CACHE
         self.slots = layer_slots(self.layers, self.native)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, states: tuple[torch.Tensor, ...]):
@@ -128,9 +165,12 @@ class _ArgumentStates:
     def __init__(self, lm: AppleLM, bound: dict[str, torch.Tensor], positions, rows):
         self.lm, self.bound, self.positions, self.rows = lm, bound, positions, rows
         self.by_name = {s.name: s for s in lm.specs}
+        self.ring_values: list[torch.Tensor] = []  # the ring states' rows, until the last is given
 
     def read_state(self, name: str, slot: int) -> torch.Tensor:
         split, bound = self.lm.splits.get(name), self.bound
+        if name in self.lm.ring_rows:
+            return read_layer(bound[SLIDING_CACHE], self.lm.ring_rows[name] + slot)[0]
         if split is None:
             # a growing KV cache is read whole, all S positions (attention masks those at or past
             # the token's own): a row lookup, where the slice of its first P positions cost
@@ -146,7 +186,11 @@ class _ArgumentStates:
 
     def write_state(self, spec: StateSpec, values: list, step: Step) -> None:
         split, bound = self.lm.splits.get(spec.name), self.bound
-        if self.by_name.get(spec.name, spec).dynamic:
+        if spec.kind == RING:  # every ring's rows in one blend, once the last ring's are in
+            self.ring_values += [v.rows for v in values]
+            if len(self.ring_values) == bound[SLIDING_CACHE].shape[0]:
+                sliding.blend(bound[SLIDING_CACHE], self.ring_values, step.positions, step.valid_len)
+        elif self.by_name.get(spec.name, spec).dynamic:
             _write_positions(bound[spec.name], [v.rows for v in values], self.positions - self.rows)
         elif split is None:
             write_state_values(bound[spec.name], spec, values, step)

@@ -71,6 +71,9 @@ PREFILL_GRAPH_FILE = _SWIFT + "InferenceEngines/PrefillGraph.swift"
 RUNNER = _SWIFT + "LanguageModel/CoreAIRunner.swift"
 SWIFT_TRANSFORMERS_TOKENIZER = "Sources/Tokenizers/Tokenizer.swift"
 
+STATIC_STATE = _SWIFT + "Handlers/StateHandler+Static.swift"  # the static-shape engine's states, its sliding ring
+STATIC_STATE_COMMIT = "87f9cfc"
+TOKEN_INPUT = _SWIFT + "Handlers/InputHandler+Token.swift"  # compact position_ids (a later copy, fork wangqi)
 FORK_PREFILL = "iannellomarco/coreai-models"  # carries Apple's PrefillGraph.swift and later engines
 STATE_FACTORY_LATER = "34ab73d"
 PREFILL_GRAPH_COMMIT = "13e414e"

@@ -51,7 +51,8 @@ def run(args) -> int:
     if m.ring_states:
         ring_bytes = sum(math.prod(s.shape) * _itemsize(s.dtype) for s in m.ring_states)
         windows = "/".join(str(w) for w in sorted({s.window for s in m.ring_states}))
-        print(f"sliding window: {', '.join(s.name for s in m.ring_states)} are rings of {windows} positions, "
+        verb = "are" if len(m.ring_states) > 1 else "holds"  # the apple layout keeps every ring in one state
+        print(f"sliding window: {', '.join(s.name for s in m.ring_states)} {verb} rings of {windows} positions, "
               f"{human_bytes(ring_bytes)} whatever the context (not sized by --context)")  # fmt: skip
     if m.prefill:
         print(f"function: {m.prefill.function} (chunked prefill, {m.prefill.chunk} tokens per call; same states)")

@@ -56,6 +56,35 @@ def write_once(buffer: torch.Tensor, per_layer: list[torch.Tensor]) -> None:
     buffer.copy_(stack_rows(per_layer, buffer.dtype).view(buffer.shape))
 
 
+def blend_at(cache: torch.Tensor, rows: list[torch.Tensor], hit: torch.Tensor, offset: torch.Tensor | None) -> None:
+    """Every layer's new rows [heads, T, d] into the stacked cache [L, 1, heads, S, d] at the
+    S positions where `hit` (bool [S]) holds: position s takes row `offset[s]` (int [S]; where
+    not hit, any value: it is clamped to the rows; None: T = 1, the one row), blended in over the whole cache as
+    cache * (1 - hit) + new * hit with a 0/1 `hit`: exact for finite values, and broadcasting
+    multiplies and an add, where `where` on a dynamic shape materialises its broadcasts
+    (`broadcast_to`) and ran ~30x slower per byte here, and where a scatter (`index_copy`) on
+    an axis whose length or index count is dynamic is refused by the converter. One write.
+    The rows are looked up per position (a gather, memory speed here)."""
+    L, _, heads, S, d = cache.shape
+    hit = hit.to(cache.dtype).view(1, 1, 1, S, 1)
+    if offset is None:
+        new = torch.stack([r.view(heads, d) for r in rows]).view(L, 1, heads, 1, d).to(cache.dtype)
+    else:
+        T = rows[0].shape[1]
+        table = torch.cat([r.transpose(0, 1).reshape(T, heads * d) for r in rows], dim=1)
+        landed = F.embedding(offset.clamp(0, T - 1), table).view(S, L, 1, heads, d)
+        new = landed.permute(1, 2, 3, 0, 4).to(cache.dtype)
+    cache.copy_(cache * (1 - hit) + new * hit)
+
+
+def blend_at_naive(cache: torch.Tensor, rows: list[torch.Tensor], hit: torch.Tensor, offset: torch.Tensor | None) -> None:
+    """The readable form: layer l's row offset[s] into cache[l, 0, :, s] where hit[s]."""
+    for layer, r in enumerate(rows):
+        for s in range(cache.shape[3]):
+            if hit[s]:
+                cache[layer, 0, :, s] = r[:, 0 if offset is None else int(offset[s])].to(cache.dtype)
+
+
 def select_rows(sources: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     """Rows `rows` [R] of the row-wise concatenation of `sources` (each [n_i, D]), as [R, D],
     without forming the concatenation: a 0/1 selection matmul per source, which is exact

@@ -9,7 +9,8 @@ mask built in the graph from the call's positions marks the slots that hold a wr
 position inside each token's window (zeros never written are masked, so nothing is cleared).
 
 A call writes each state once (ssmport.graph): every layer's new rows at their slots in one
-`index_copy`. A prefill chunk may be longer than W: its tokens attend to each other under a
+`index_copy` (`write`), or, where the token count is dynamic (the apple layout), in one blend
+over the W slots (`blend`). A prefill chunk may be longer than W: its tokens attend to each other under a
 band mask, and only its last min(T, W) real rows are written (consecutive positions, so
 distinct slots), so the final ring is the one the M=1 loop leaves (tests/test_ring_state.py).
 
@@ -23,7 +24,7 @@ from __future__ import annotations
 import torch
 
 from ssmport.ops import attention
-from ssmport.ops.rows import stack_rows
+from ssmport.ops.rows import blend_at, stack_rows
 
 
 def ring_slot(positions: torch.Tensor, window: int) -> torch.Tensor:
@@ -82,6 +83,22 @@ def write(buffer: torch.Tensor, rows: list[torch.Tensor], positions: torch.Tenso
         stacked = stacked.index_select(3, source)
     where = ring_slot(positions.index_select(0, source), W).long()
     buffer.index_copy_(3, where, stacked.to(buffer.dtype))
+
+
+def blend(buffer: torch.Tensor, rows: list[torch.Tensor], positions: torch.Tensor, valid_len: torch.Tensor | None) -> None:
+    """`write` without a scatter, for a call whose token count T is dynamic (the apple layout:
+    the converter refuses `index_copy` when its index count is not static): every layer's new
+    rows [heads, T, d] blended into the ring [L, 1, heads, W, d] (ssmport.ops.rows.blend_at).
+    Slot j takes the chunk's row holding the latest position = j (mod W) below the call's end,
+    if that position is the call's; so a chunk longer than W leaves its last W rows, and the
+    ring ends as `write` leaves it. The blend has the ring's static W slots, whatever T."""
+    W = buffer.shape[3]
+    if valid_len is None:  # decode: T = 1
+        blend_at(buffer, rows, torch.arange(W, dtype=torch.int32) == ring_slot(positions.view(1), W), None)
+        return
+    start = positions[0:1].to(torch.int32)
+    offset = slot_positions(start + valid_len.to(torch.int32), W) - start  # [W]: the row landing in each slot
+    blend_at(buffer, rows, offset >= 0, offset.long())
 
 
 def write_naive(ring: torch.Tensor, rows: torch.Tensor, positions: list[int]) -> None:

@@ -20,4 +20,7 @@ KEY_CACHE, VALUE_CACHE = "keyCache", "valueCache"  # Apple's names for the stack
 # The sliding-window layers' rings (kind "ring"): static shapes named "...Cache", which Apple's
 # engines' heuristic takes for a sliding cache (docs/apple-engines.md).
 SLIDING_KEY_CACHE, SLIDING_VALUE_CACHE = "slidingKeyCache", "slidingValueCache"
+# The apple layout keeps both rings as one state (the key rows, then the value rows), so that
+# LFM3's states number four, as many as Apple's engines take (docs/apple-engines.md, section 5).
+SLIDING_CACHE = "slidingCache"
 CONV_STATES, RECURRENT_STATES = "convStates", "recurrentStates"  # and for its stacked fixed states
