@@ -259,13 +259,18 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+# --one-thread: only the 1-thread lines (several runs sharing one machine, each on its own core)
+ONE_THREAD_ONLY = False
+
+
 def torch_thread_settings() -> list[tuple[str, dict, object]]:
     """(suffix, what the line records of it, context) of the two torch lines: 1 thread and
-    torch's default."""
+    torch's default (only the first under ONE_THREAD_ONLY)."""
     import torch
 
     default = torch.get_num_threads()
-    return [("1thread", {"threads": 1}, torch_threads(1)), ("default", {"threads": default}, torch_threads(default))]
+    one = [("1thread", {"threads": 1}, torch_threads(1))]
+    return one if ONE_THREAD_ONLY else one + [("default", {"threads": default}, torch_threads(default))]
 
 
 def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, settings=None, **extra) -> dict:
@@ -464,7 +469,7 @@ PEERS = {
     "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
     "mamba1": (ensure_mamba1_folder, TransformersMamba1Peer),
     **{arch: (hybrid_preset, open_transformers_hybrid)
-       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h")},  # hybrid_speed's
+       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h", "lfm2_moe", "qwen3_5")},  # hybrid_speed's
 }
 # architecture -> why it has no peer line
 NO_PEER = {
@@ -779,7 +784,11 @@ def main() -> None:
                    help="cache of exported bundles and peer checkpoints (outside git)")  # fmt: skip
     p.add_argument("--out", type=Path, default=HERE / "results.json", help="results JSON (default benchmarks/results.json)")
     p.add_argument("--plot", type=Path, help="the PNG (default: --out with .png)")
+    p.add_argument("--one-thread", action="store_true",
+                   help="only the 1-thread torch and peer lines (no default-threads line: for runs sharing a machine)")  # fmt: skip
     a = p.parse_args()
+    global ONE_THREAD_ONLY
+    ONE_THREAD_ONLY = a.one_thread
     models = parse_models(a.models)
     plot_path = a.plot or a.out.with_suffix(".png")
     a.work.mkdir(parents=True, exist_ok=True)
