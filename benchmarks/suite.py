@@ -19,8 +19,8 @@ Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per mo
                         mamba_ssm / causal_conv1d / hub kernels), one token per call with its
                         cache, the weights written as a transformers folder; mamba1 the same
                         with `MambaForCausalLM` / `FalconMambaForCausalLM`
-                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h: transformers'
-                        own class on the weights in memory (benchmarks/hybrid_speed.py's peer)
+                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h, lfm2_moe, qwen3_5:
+                        transformers' own class on the weights in memory (benchmarks/hybrid_speed.py's peer)
                       gated_deltanet: none (see NO_PEER)
   mlx-lm              mlx-lm on MLX's CPU backend, same weights as the HF folder it loads
                       (benchmarks/peers_mlx.py), one token per call with its cache, pinned to
@@ -724,8 +724,9 @@ def plot(results: dict, path: Path) -> None:
     for j, n in enumerate(names):  # one colour per model: its state (solid), a KV cache (dashed)
         m, color = models[n], f"C{j}"
         ax2.plot(CONTEXTS, [m["state_bytes"] / 2**20] * len(CONTEXTS), marker="o", color=color, label=f"{n}: ssmport state")
-        kv = [kv_cache_bytes(m["layers"], m["width"], t) / 2**20 for t in CONTEXTS]
-        ax2.plot(CONTEXTS, kv, linestyle="--", color=color, label=f"{n}: KV cache, same-size Transformer")
+        if m["layers"] and m["width"]:  # a manifest without num_layers (a hybrid's layer_types) has no such line
+            kv = [kv_cache_bytes(m["layers"], m["width"], t) / 2**20 for t in CONTEXTS]
+            ax2.plot(CONTEXTS, kv, linestyle="--", color=color, label=f"{n}: KV cache, same-size Transformer")
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
     ax2.set_xlabel("context length (tokens)")
