@@ -38,6 +38,8 @@ import resource
 import subprocess
 import sys
 import tempfile
+import time
+from contextlib import nullcontext
 from importlib.metadata import version
 from pathlib import Path
 
@@ -52,6 +54,7 @@ import prefill_speed  # noqa: E402
 import suite  # noqa: E402
 
 from ssmport.architectures import LoadedModel  # noqa: E402
+from ssmport.bench import weight_bytes_per_token  # noqa: E402
 from ssmport.bundle import Bundle, dir_bytes  # noqa: E402
 from ssmport.prefill import DEFAULT_CHUNK  # noqa: E402
 from ssmport.loader.resolve import DEFAULT_SEED, load_model  # noqa: E402
@@ -95,6 +98,10 @@ def transformers_model(model: LoadedModel):
             rope_parameters=_rope(c.rope_theta), tie_word_embeddings=False, max_position_embeddings=max(4096, c.context),
             pad_token_id=0)  # fmt: skip
         return _load_peer(model, "OlmoHybridForCausalLM", config, {})
+    if arch == "qwen3_5":  # benchmarks/qwen35_bench.py's peer (its own field names)
+        import qwen35_bench
+
+        return qwen35_bench.transformers_model(model), f"transformers=={version('transformers')} Qwen3_5ForCausalLM torch path, cpu fp32, use_cache"
     common = {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "num_attention_heads": c.num_heads,
               "num_key_value_heads": c.num_kv_heads, "tie_word_embeddings": False,
               "max_position_embeddings": max(4096, c.context)}  # fmt: skip
@@ -135,9 +142,50 @@ def transformers_model(model: LoadedModel):
             key_multiplier=c.key_multiplier, ssm_in_multiplier=c.ssm_in_multiplier, ssm_out_multiplier=c.ssm_out_multiplier,
             mlp_multipliers=list(c.mlp_multipliers), ssm_multipliers=list(c.ssm_multipliers))  # fmt: skip
         rename = {}
+    elif arch == "lfm2_moe":
+        cls, config = "Lfm2MoeForCausalLM", transformers.Lfm2MoeConfig(
+            **common, num_hidden_layers=c.num_layers, layer_types=list(c.layer_types), intermediate_size=c.intermediate_size,
+            moe_intermediate_size=c.moe_intermediate_size, num_dense_layers=c.num_dense_layers, num_experts=c.num_experts,
+            num_experts_per_tok=c.num_experts_per_tok, use_expert_bias=c.use_expert_bias, norm_topk_prob=c.norm_topk_prob,
+            routed_scaling_factor=c.routed_scaling_factor, conv_L_cache=c.conv_kernel, conv_bias=c.conv_bias,
+            norm_eps=c.norm_eps, rope_parameters=_rope(c.rope_theta))  # fmt: skip
+        return _load_peer_stacked(model, cls, config, "pos_emb")
     else:
         raise SystemExit(f"no transformers peer for {arch}")
     return _load_peer(model, cls, config, rename)
+
+
+def _load_peer_stacked(model: LoadedModel, cls: str, config, rotary: str):
+    """transformers' class built on the meta device and given ssmport's tensors (no random
+    init, no second copy of the dense weights: a released MoE is 33 GB in fp32), its fused
+    expert stacks assembled from ssmport's per-expert tensors: `gate_up_proj` [E, 2F, C] is
+    each expert's w1 (gate) over its w3 (up), `down_proj` [E, C, F] its w2. Every ssmport
+    tensor must be used and every transformers one given; `rotary` names the rotary module,
+    whose buffers are computed again off the meta device."""
+    import transformers
+
+    with torch.device("meta"):
+        hf = getattr(transformers, cls)(config)
+    w, state, used = model.weights, {}, set()
+    for theirs, like in hf.state_dict().items():
+        prefix, _, kind = theirs.rpartition("experts.")
+        if kind in ("gate_up_proj", "down_proj"):
+            parts = ("w1", "w3") if kind == "gate_up_proj" else ("w2",)
+            names = [[f"{prefix}experts.{e}.{part}.weight" for part in parts] for e in range(like.shape[0])]
+            state[theirs] = torch.stack([torch.cat([w[n] for n in expert]) for expert in names])
+            used.update(n for expert in names for n in expert)
+        else:
+            state[theirs] = w[theirs].reshape(like.shape)  # conv: [C, K] -> [C, 1, K]
+            used.add(theirs)
+    if used != set(w):
+        raise SystemExit(f"transformers peer: names differ: {sorted(used ^ set(w))[:6]}")
+    hf.load_state_dict(state, strict=True, assign=True)
+    module = hf.model.get_submodule(rotary)
+    hf.model.set_submodule(rotary, type(module)(hf.config))
+    meta = [n for n, t in [*hf.named_parameters(), *hf.named_buffers()] if t.is_meta]
+    if meta:
+        raise SystemExit(f"transformers peer: left on the meta device: {meta[:6]}")
+    return hf.eval(), f"transformers=={version('transformers')} {cls} torch path, cpu fp32, use_cache"
 
 
 def _load_peer(model: LoadedModel, cls: str, config, rename: dict[str, str]):
@@ -184,11 +232,11 @@ class TransformersHybridPeer(suite.Peer):
 # --------------------------------------------------------------------------------------
 
 
-def export_bundle(spec: str, out: Path, chunk: int) -> Path:
-    """Export in this process: synthetic fp32 with prefill."""
+def export_bundle(spec: str, out: Path, chunk: int, quant: str = "fp32", gate_steps: int = 8) -> Path:
+    """Export in this process: synthetic weights (fp32 unless `quant` says) with prefill."""
     from ssmport.exporter.pipeline import export
 
-    return export(synthetic_model(spec), out, quant="fp32", gate_steps=8, prefill_chunk=chunk, progress=False,
+    return export(synthetic_model(spec), out, quant=quant, gate_steps=gate_steps, prefill_chunk=chunk, progress=False,
                   overwrite=True).path  # fmt: skip
 
 
@@ -216,11 +264,11 @@ def stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
     """One stage of a model's run, in a process of its own (the child's entry point): at a
     released size each holds a whole fp32 copy of the weights, and no two fit at once."""
     if name == "export":
-        export_bundle(spec, work / "bundles", a.chunk)
+        export_bundle(spec, work / "bundles", a.chunk, a.quant, a.gate_steps)
         return {}
     bundle = _bundle(work)
     tokens = suite.bench_tokens(bundle.manifest.vocab_size, a.steps + a.warmup)
-    if name == "coreai":
+    if name in ("coreai", "coreai_again"):
         return {"times_ms": suite.coreai_line(bundle, tokens, a.warmup)}
     model = synthetic_model(spec)
     if name == "torch_eager":
@@ -238,15 +286,23 @@ def stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
 
 
 def run_stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
-    """`stage` in a child process; its result, with the child's peak RSS."""
+    """`stage` in a child process; its result, with the child's peak RSS and wall seconds. With
+    --keep, a stage whose result is already in the model's directory is not run again."""
     result = work / f"stage-{name}.json"
+    if a.keep and result.is_file():
+        print(f"[{spec}] {name}: kept from an earlier run", flush=True)
+        return json.loads(result.read_text())
     argv = [sys.executable, __file__, "--stage", name, spec, "--work", str(work), "--chunk", str(a.chunk),
-            "--steps", str(a.steps), "--warmup", str(a.warmup)]  # fmt: skip
+            "--steps", str(a.steps), "--warmup", str(a.warmup), "--quant", a.quant, "--gate-steps", str(a.gate_steps)]
+    argv += ["--one-thread"] if a.one_thread else []  # fmt: skip
     print(f"[{spec}] {name}", flush=True)
+    start = time.perf_counter()
     done = subprocess.run(argv, check=False)
     if done.returncode:
         raise SystemExit(f"{name} stage of {spec} failed (exit {done.returncode})")
-    return json.loads(result.read_text())
+    record = json.loads(result.read_text()) | {"wall_s": round(time.perf_counter() - start, 1)}
+    result.write_text(json.dumps(record))
+    return record
 
 
 def run(spec: str, work: Path, a: argparse.Namespace) -> dict:
@@ -255,7 +311,7 @@ def run(spec: str, work: Path, a: argparse.Namespace) -> dict:
     first = run_stage("coreai", spec, work, a)
     eager = run_stage("torch_eager", spec, work, a)
     peer = run_stage("peer", spec, work, a)
-    last = run_stage("coreai", spec, work, a)
+    last = run_stage("coreai_again", spec, work, a)
     first_ms, last_ms = float(np.median(first["times_ms"])), float(np.median(last["times_ms"]))
     lines = {"coreai": {"ms_per_token": (first_ms + last_ms) / 2, "first_pass_ms": first_ms, "last_pass_ms": last_ms,
                         "samples": 2 * a.steps}} | eager["lines"] | peer["lines"]  # fmt: skip
@@ -265,14 +321,21 @@ def run(spec: str, work: Path, a: argparse.Namespace) -> dict:
               if name != "coreai" else ""), flush=True)  # fmt: skip
     # Two runners at once hold the bundle twice: past a third of this machine's memory, one at a time.
     together = 3 * dir_bytes(bundle.path) < psutil.virtual_memory().total
-    print(f"[{spec}] prefill vs the M=1 loop (chunk {a.chunk}, runners {'together' if together else 'one at a time'})",
-          flush=True)  # fmt: skip
-    prefill, recurrence = prefill_speed.measure(bundle.path, a.prompts, a.repeats, seed=0, together=together)
     m = bundle.manifest
-    peaks = {name: r["peak_rss_gb"] for name, r in
-             (("export", exported), ("coreai", first), ("torch_eager", eager), ("peer", peer))}  # fmt: skip
-    return {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "config": m.config,
-            "asset_bytes": dir_bytes(bundle.path), "stage_peak_rss_gb": peaks,
+    stages = (("export", exported), ("coreai", first), ("torch_eager", eager), ("peer", peer), ("coreai_again", last))
+    record = {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "quant": a.quant, "config": m.config,
+              "asset_bytes": dir_bytes(bundle.path), "weight_bytes_per_token": weight_bytes_per_token(m),
+              "weight_bytes_total": sum(e["bytes"] for e in m.plan_tensors),
+              "stage_peak_rss_gb": {name: r["peak_rss_gb"] for name, r in stages},
+              "stage_wall_s": {name: r.get("wall_s") for name, r in stages}}  # fmt: skip
+    if not a.prompts:
+        print(f"[{spec}] prefill not measured (no --prompts)", flush=True)
+        prefill, recurrence = None, None
+    else:
+        print(f"[{spec}] prefill vs the M=1 loop (chunk {a.chunk}, runners {'together' if together else 'one at a time'})",
+              flush=True)  # fmt: skip
+        prefill, recurrence = prefill_speed.measure(bundle.path, a.prompts, a.repeats, seed=0, together=together)
+    return record | {
             "gate": {k: getattr(m.gate, k, None) for k in ("passed", "top1_agree", "steps", "max_rel_logit_delta")},
             "states": [s.key for s in m.states], "runtime_ops": m.export.get("runtime_ops"), "lines": lines, "peer": peer["peer"],
             "ratios": {f"coreai/{k}": ours / v["ms_per_token"] for k, v in lines.items() if k != "coreai"},
@@ -285,12 +348,18 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=32, help="timed tokens per decode line (default 32)")
     p.add_argument("--warmup", type=int, default=4)
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"prefill chunk (default {DEFAULT_CHUNK})")
-    p.add_argument("--prompts", nargs="+", type=int, default=[64, 512])
+    p.add_argument("--prompts", nargs="*", type=int, default=[64, 512], help="prefill prompt lengths (none: no prefill line)")
+    p.add_argument("--quant", default="fp32", help="the bundle's recipe (default fp32)")
+    p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export's gate (default 8)")
+    p.add_argument("--one-thread", action="store_true", help="time torch and the peer at 1 thread only (no default-threads line)")
+    p.add_argument("--keep", action="store_true",
+                   help="work in --work/MODEL and keep it: a rerun reuses the bundle and every finished stage")  # fmt: skip
     p.add_argument("--repeats", type=int, default=2)
     p.add_argument("--work", type=Path, help="where the bundle is written (default: a temporary directory)")
     p.add_argument("--out", type=Path, help="results JSON")
     p.add_argument("--stage", nargs=2, metavar=("STAGE", "MODEL"), help=argparse.SUPPRESS)  # a child process
     a = p.parse_args()
+    suite.ONE_THREAD_ONLY = a.one_thread
     if a.stage:
         name, spec = a.stage
         result = stage(name, spec, a.work, a)
@@ -301,9 +370,19 @@ def main() -> None:
         p.error("give at least one --model")
     results = {"command": " ".join(sys.argv), "machine": suite.machine(), "steps": a.steps, "warmup": a.warmup,
                "models": []}  # fmt: skip
+    suite.ONE_THREAD_ONLY = a.one_thread
     for spec in a.model:
-        with tempfile.TemporaryDirectory(prefix="hybrid-speed-", dir=a.work) as tmp:
-            os.environ["SSMPORT_CACHE"] = str(Path(tmp) / "cache")  # the lowered copy goes with the bundle
+        if a.keep:
+            if a.work is None:
+                p.error("--keep needs --work")
+            keep = a.work / spec.replace(":", "-")
+            keep.mkdir(parents=True, exist_ok=True)
+            context = nullcontext(str(keep))
+        else:
+            context = tempfile.TemporaryDirectory(prefix="hybrid-speed-", dir=a.work)
+        with context as tmp:
+            if not (a.keep and "SSMPORT_CACHE" in os.environ):  # --keep: a lowered copy elsewhere may stay there
+                os.environ["SSMPORT_CACHE"] = str(Path(tmp) / "cache")  # the lowered copy goes with the bundle
             results["models"].append(run(spec, Path(tmp), a))
             text = json.dumps(results, indent=2)
             if a.out:  # after each model: a later one running out of memory keeps the earlier

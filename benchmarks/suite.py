@@ -19,8 +19,8 @@ Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per mo
                         mamba_ssm / causal_conv1d / hub kernels), one token per call with its
                         cache, the weights written as a transformers folder; mamba1 the same
                         with `MambaForCausalLM` / `FalconMambaForCausalLM`
-                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h: transformers'
-                        own class on the weights in memory (benchmarks/hybrid_speed.py's peer)
+                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h, lfm2_moe, qwen3_5:
+                        transformers' own class on the weights in memory (benchmarks/hybrid_speed.py's peer)
                       gated_deltanet: none (see NO_PEER)
   mlx-lm              mlx-lm on MLX's CPU backend, same weights as the HF folder it loads
                       (benchmarks/peers_mlx.py), one token per call with its cache, pinned to
@@ -259,13 +259,18 @@ def torch_threads(n: int):
         torch.set_num_threads(before)
 
 
+# --one-thread: only the 1-thread lines (several runs sharing one machine, each on its own core)
+ONE_THREAD_ONLY = False
+
+
 def torch_thread_settings() -> list[tuple[str, dict, object]]:
     """(suffix, what the line records of it, context) of the two torch lines: 1 thread and
-    torch's default."""
+    torch's default (only the first under ONE_THREAD_ONLY)."""
     import torch
 
     default = torch.get_num_threads()
-    return [("1thread", {"threads": 1}, torch_threads(1)), ("default", {"threads": default}, torch_threads(default))]
+    one = [("1thread", {"threads": 1}, torch_threads(1))]
+    return one if ONE_THREAD_ONLY else one + [("default", {"threads": default}, torch_threads(default))]
 
 
 def thread_lines(prefix: str, step, reset, tokens: list[int], warmup: int, settings=None, **extra) -> dict:
@@ -464,7 +469,7 @@ PEERS = {
     "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
     "mamba1": (ensure_mamba1_folder, TransformersMamba1Peer),
     **{arch: (hybrid_preset, open_transformers_hybrid)
-       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h")},  # hybrid_speed's
+       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h", "lfm2_moe", "qwen3_5")},  # hybrid_speed's
 }
 # architecture -> why it has no peer line
 NO_PEER = {
@@ -719,8 +724,9 @@ def plot(results: dict, path: Path) -> None:
     for j, n in enumerate(names):  # one colour per model: its state (solid), a KV cache (dashed)
         m, color = models[n], f"C{j}"
         ax2.plot(CONTEXTS, [m["state_bytes"] / 2**20] * len(CONTEXTS), marker="o", color=color, label=f"{n}: ssmport state")
-        kv = [kv_cache_bytes(m["layers"], m["width"], t) / 2**20 for t in CONTEXTS]
-        ax2.plot(CONTEXTS, kv, linestyle="--", color=color, label=f"{n}: KV cache, same-size Transformer")
+        if m["layers"] and m["width"]:  # a manifest without num_layers (a hybrid's layer_types) has no such line
+            kv = [kv_cache_bytes(m["layers"], m["width"], t) / 2**20 for t in CONTEXTS]
+            ax2.plot(CONTEXTS, kv, linestyle="--", color=color, label=f"{n}: KV cache, same-size Transformer")
     ax2.set_xscale("log", base=2)
     ax2.set_yscale("log")
     ax2.set_xlabel("context length (tokens)")
@@ -779,7 +785,11 @@ def main() -> None:
                    help="cache of exported bundles and peer checkpoints (outside git)")  # fmt: skip
     p.add_argument("--out", type=Path, default=HERE / "results.json", help="results JSON (default benchmarks/results.json)")
     p.add_argument("--plot", type=Path, help="the PNG (default: --out with .png)")
+    p.add_argument("--one-thread", action="store_true",
+                   help="only the 1-thread torch and peer lines (no default-threads line: for runs sharing a machine)")  # fmt: skip
     a = p.parse_args()
+    global ONE_THREAD_ONLY
+    ONE_THREAD_ONLY = a.one_thread
     models = parse_models(a.models)
     plot_path = a.plot or a.out.with_suffix(".png")
     a.work.mkdir(parents=True, exist_ok=True)

@@ -110,6 +110,23 @@ def test_the_olmo_hybrid_peer_is_transformers_on_the_same_weights():
     assert "OlmoHybridForCausalLM" in record["name"] and set(lines) == {"peer_1thread", "peer_default"}
 
 
+@pytest.mark.parametrize("preset, arch, vocab, cls", [("lfm2-moe-tiny", "lfm2_moe", 512, "Lfm2MoeForCausalLM"),
+                                                        ("qwen3.5-tiny", "qwen3_5", 256, "Qwen3_5ForCausalLM")])
+def test_the_moe_and_qwen35_peers_are_transformers_on_the_same_weights(monkeypatch, preset, arch, vocab, cls):
+    """LFM2-MoE's peer (its expert stacks assembled from ssmport's per-expert tensors on the
+    meta device) and Qwen3.5's agree with ssmport's torch module; --one-thread times 1 thread only."""
+    assert suite.PEERS[arch] == (suite.hybrid_preset, suite.open_transformers_hybrid)
+    monkeypatch.setattr(suite, "ONE_THREAD_ONLY", True)
+    tokens = [t % vocab for t in TOKENS]
+    peer = suite.open_transformers_hybrid(preset)
+    try:
+        lines, record = suite.peer_lines(peer, _ssmport_logits(preset, tokens), tokens, warmup=2)
+    finally:
+        peer.close()
+    assert record["agreement"]["passed"] and record["agreement"]["top1_agree"] == len(tokens)
+    assert cls in record["name"] and set(lines) == {"peer_1thread"}
+
+
 def test_the_rwkv6_peer_refuses_attention_wider_than_the_model(tmp_path):
     """rwkv6-tiny has dim_att 128 != n_embd 96, which the rwkv package's x060 class cannot run:
     refused before the package is imported, its reason recorded (the line is left out)."""
