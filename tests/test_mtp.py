@@ -126,6 +126,15 @@ def test_the_bundle_carries_the_head_with_its_own_states(mtp_bundle):
     assert [s.name for s in m.states] == ["keyCache", "valueCache", "convStates", "recurrentStates"]
     assert [t.name for t in m.main.outputs] == ["logits", "hidden"] == [t.name for t in m.verify.outputs]
     assert "mtp.*" not in m.source.get("skipped_tensors", {}) and m.config["mtp_layers"] == 1
+    assert not any("mtp.*" in note for note in m.notes)
+
+
+def test_the_apple_layout_leaves_the_head_out(tmp_path, export_fn):
+    folder = write_mtp_checkpoint(tmp_path / "qwen35-mtp")
+    m = export_fn(folder, tmp_path / "out", quant="fp32", gate=False, verify=K, context=CONTEXT, layout="apple").manifest
+    assert m.draft is None and [t.name for t in m.main.outputs] == ["logits"]
+    assert m.source["skipped_tensors"]["mtp.*"]["tensors"] == 15
+    assert any("mtp.*" in note for note in m.notes) and any("not exported in this layout" in n for n in m.notes)
 
 
 def test_draft_function_matches_the_formula(mtp_bundle):

@@ -194,7 +194,7 @@ def _build_bundle(
         plan=plan_record,
         asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
-        notes=list(model.notes),
+        notes=_notes(model, converted.draft is not None),
         layout=layout.name,
     )
     manifest.bundle_id = content_id(manifest.to_json())
@@ -243,6 +243,19 @@ def _rows_entry(converted: Converted, sig: GraphSignature | None, chunk: int | N
         return None
     entry = _function_entry(sig)
     return PrefillEntry(entry.function, entry.inputs, entry.outputs, chunk, converted.layout.padding)
+
+
+def _notes(model: LoadedModel, draft: bool) -> list[str]:
+    """The model's notes; with the draft head exported, its line of skipped groups without it."""
+    if not draft:
+        return list(model.notes)
+    from ssmport.loader.resolve import skipped_note
+
+    before = model.provenance.get("skipped_tensors")
+    after = _provenance(model, draft).get("skipped_tensors")
+    old = skipped_note(before) if before else None
+    notes = [n for n in model.notes if n != old]
+    return notes + [skipped_note(after)] if after else notes
 
 
 def _draft_entry(converted: Converted) -> DraftEntry | None:
