@@ -73,7 +73,7 @@ def canonical_shapes(cfg: Qwen35Config) -> dict[str, tuple[int, ...]]:
                        a + "in_proj_b.weight": (HV, C), a + "in_proj_a.weight": (HV, C),
                        a + "conv1d.weight": (d.conv_dim, 1, d.conv_kernel), a + "dt_bias": (HV,),
                        a + "A_log": (HV,), a + "norm.weight": (d.v_dim,), a + "out_proj.weight": (C, d.value_dim)}  # fmt: skip
-    return shapes | {NORM: (C,), HEAD: (V, C)}
+    return shapes | {NORM: (C,), HEAD: (V, C)} | (mtp_shapes(cfg) if cfg.mtp_layers else {})
 
 
 def load_hf(cj: Mapping[str, Any], source: TensorSource) -> tuple[Qwen35Config, TensorSource]:
@@ -84,7 +84,7 @@ def load_hf(cj: Mapping[str, Any], source: TensorSource) -> tuple[Qwen35Config, 
     to_source = lambda name: prefix + name.removeprefix("model.") if name.startswith("model.") else name  # noqa: E731
     check_layer_count(cfg.num_layers, source, prefix + "layers.", source.origin)
     cfg = _with_mtp(cfg, cj, source)
-    shapes = canonical_shapes(cfg) | (mtp_shapes(cfg) if cfg.mtp_layers else {})
+    shapes = canonical_shapes(cfg)
     renamed = {n: to_source(n) for n in shapes} | {HEAD: head_name(cfg.tie_word_embeddings, source, HEAD, to_source(EMBED))}
     skipped = {n: source.shape(n) for n in source if n.startswith(tuple(SKIPPED)) and n not in shapes}
     packaging = "Qwen3_5ForConditionalGeneration layout" if prefix == VLM_PREFIX else "Qwen3_5ForCausalLM layout"
