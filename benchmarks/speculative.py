@@ -1,7 +1,8 @@
 """Speculative decoding: target calls, wall time, verify's ops and the rollback's cost.
 
 For each bundle (exported with --verify K): plain decoding, prompt lookup and a draft bundle
-(`--draft`; here the bundle itself, the acceptance ceiling: every draft holds) over one prompt,
+(`--draft`; here the bundle itself, the acceptance ceiling: every draft holds) and, where the
+bundle has one, its own draft head (`--draft mtp`, Qwen3.5's mtp.*) over one prompt,
 greedy; the ids must equal plain decoding's. Then the runtime ops of one `main` call and one
 full `verify` call (ssmport.runtime.op_count), the fixed-state bytes a per-position form would
 output per row, and the time of one mark + rewind (the rollback this form uses).
@@ -47,7 +48,7 @@ def best_ms(runner, call, repeats: int = 10) -> float:
 
 
 def measure(path: str, text: str, n: int) -> dict:
-    from ssmport.drafters import BundleDrafter, LookupDrafter
+    from ssmport.drafters import BundleDrafter, LookupDrafter, MTPDrafter
     from ssmport.gate.run import bundle_tokenizer
     from ssmport.runtime import Runner
     from ssmport.runtime.op_count import OpLog, summarize
@@ -61,7 +62,9 @@ def measure(path: str, text: str, n: int) -> dict:
         out = {"bundle": m.name, "verify_k": r.verify_rows, "prompt_tokens": len(prompt), "new_tokens": n}
         plain_ids, plain, plain_ms = drafted_run(r, None, prompt, n)
         out["plain"] = plain.to_json() | {"ms_per_token": round(plain_ms, 2)}
-        for name, drafter in (("lookup", LookupDrafter()), ("self-draft", BundleDrafter(draft))):
+        drafters = [("lookup", LookupDrafter()), ("self-draft", BundleDrafter(draft))]
+        drafters += [("mtp", MTPDrafter(r))] if r.draft_rows else []
+        for name, drafter in drafters:
             ids, stats, ms = drafted_run(r, drafter, prompt, n)
             out[name] = stats.to_json() | {"ms_per_token": round(ms, 2), "same_ids": ids == plain_ids}
         started = time.perf_counter()
@@ -78,6 +81,9 @@ def measure(path: str, text: str, n: int) -> dict:
         out["ops_main"] = summarize(log.calls[-1]).ops
         r.verify([1] * r.verify_rows)
         out["ops_verify"] = summarize(log.calls[-1]).ops
+        if r.draft_rows:  # one drafting step of the head (one row)
+            r.draft([1], r.hiddens[:1], 0)
+            out["ops_draft"] = summarize(log.calls[-1]).ops
         out["fixed_state_bytes"] = m.fixed_state_bytes
         out["kv_bytes_per_token"] = m.kv_bytes_per_token
     return out

@@ -11,10 +11,13 @@ is what the rejection scheme needs to keep the target's distribution.
   quotes itself).
 - `BundleDrafter`: a smaller bundle with the same tokenizer, decoding k tokens on its own
   runner, rewound to the accepted context each round (its fixed states only: `Runner.mark`).
+- `MTPDrafter`: the checkpoint's own multi-token-prediction head (Qwen3.5's `mtp.*`), the
+  target bundle's `draft` function (ssmport.models.qwen3_5.mtp), fed the target's hidden states.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +29,10 @@ from ssmport.errors import SsmportError
 from ssmport.sampling import sampling_probs
 
 LOOKUP = "lookup"  # `--draft lookup`
-MTP = "mtp"  # Qwen3.5's multi-token-prediction head: not built (refused in one line)
+MTP = "mtp"  # the target bundle's own draft head (Qwen3.5's multi-token prediction)
 LOOKUP_LONGEST, LOOKUP_SHORTEST = 4, 1  # n-gram lengths tried, longest first
 BACKOFF_BREAK_EVEN = 1 / 3  # acceptance at which a one-token verify round costs what it saves
+MTP_PRIOR_RUN = 3  # drafts the head is taken to keep a round before any is scored
 # A draft model catches up with fewer tokens one by one through `main` than a padded prefill chunk costs.
 STEP_CATCH_UP = 4
 
@@ -129,14 +133,102 @@ class BundleDrafter:
         return Draft(tokens, probs if temperature > 0 else None)
 
 
-def open_drafter(spec: str, target_bundle):
-    """`--draft lookup` or `--draft BUNDLE` (a bundle with the target's tokenizer) -> (drafter,
-    the draft runner to close, or None)."""
+class MTPDrafter:
+    """Drafts from the target bundle's own head (its `draft` function, Runner.draft).
+
+    Head row t is (token t+1, the target's hidden state at t) at position t and predicts token
+    t+2. Each round the head first catches up, from the target's true hidden states
+    (Runner.hiddens), on the rows the context has and it has not seen: rows up to n-2 for an
+    n-token context, whose hidden states the target has computed (positions it holds, and the
+    accepted rows of a rejected verify call, which a rewind leaves in Runner.hiddens); the
+    last row's logits give the first draft. Each further draft is one single-row call fed the
+    head's own output hidden state. Those rows are rewritten from true hidden states on the
+    next catch-up before anything reads them (the head's attention reads positions up to a
+    row's own), so the head's cache needs no rollback."""
+
+    def __init__(self, runner, adaptive: bool = True):
+        """`adaptive` False: draft the whole room every round (tests: every round checked)."""
+        self.runner, self.adaptive = runner, adaptive
+        self._seen: list[int] = []  # the tokens behind the rows caught up from true hidden states
+        self.head_calls = 0
+        self.rounds = self.first_hits = self.held = 0  # scored drafts: rounds, first draft kept, drafts kept
+        self._last: tuple[int, list[int]] | None = None  # (position, tokens) of the last draft
+
+    def propose(self, context: Sequence[int], k: int, temperature: float, top_p: float,
+                rng: np.random.Generator) -> Draft:  # fmt: skip
+        r, n = self.runner, len(context)
+        self._score(context)
+        if self.adaptive:
+            k = min(k, self._length())
+        if k <= 0 or n < 2:
+            return Draft([])
+        # rows 0..done-1 hold (token t+1, true hidden t) of this very context
+        done = 0
+        for a, b in zip(self._seen, context):
+            if a != b:
+                break
+            done += 1
+        done = min(max(0, done - 1), n - 2)  # the last row is always (re)computed: its logits are the draft's
+        R = r.draft_rows
+        for start in range(done, n - 1, R):
+            stop = min(start + R, n - 1)
+            logits, hidden = r.draft([int(t) for t in context[start + 1 : stop + 1]], r.hiddens[start:stop], start)
+            self.head_calls += 1
+        self._seen = [int(t) for t in context]
+        tokens, probs = [], []
+        self._last = (n, tokens)
+        for i in range(k):
+            row = logits[-1]
+            if temperature == 0:
+                tokens.append(int(np.argmax(row)))
+            else:
+                q = sampling_probs(row, temperature, top_p)
+                tokens.append(int(rng.choice(len(q), p=q)))
+                probs.append(q)
+            if i + 1 < k:
+                logits, hidden = r.draft([tokens[-1]], hidden[-1:], n - 1 + i)
+                self.head_calls += 1
+        return Draft(tokens, probs if temperature > 0 else None)
+
+    def _score(self, context: Sequence[int]) -> None:
+        """How many of the last draft's tokens the context now holds (a context that does not
+        reach past them was rewound or reset: the draft is forgotten)."""
+        if self._last is None:
+            return
+        position, tokens = self._last
+        self._last = None
+        if len(context) <= position:
+            return
+        run = 0
+        while run < len(tokens) and position + run < len(context) and context[position + run] == tokens[run]:
+            run += 1
+        self.rounds += 1
+        self.first_hits += run > 0
+        self.held += run
+
+    def _length(self) -> int:
+        """The drafts worth a round. None (a `main` step instead of a `verify` call, 1.3-1.45x the
+        kernels) while the first draft's acceptance estimate (prior 2/3, worth three rounds)
+        is below BACKOFF_BREAK_EVEN; else one more than the drafts a round has kept on average
+        (prior: MTP_PRIOR_RUN), since drafts past the first rejection cost head calls and rows
+        and yield nothing."""
+        if (self.first_hits + 2) / (self.rounds + 3) < BACKOFF_BREAK_EVEN:
+            return 0
+        return 1 + math.ceil((self.held + MTP_PRIOR_RUN) / (self.rounds + 1))
+
+
+def open_drafter(spec: str, target):
+    """`--draft lookup`, `--draft mtp` (the target bundle's own draft head) or `--draft BUNDLE`
+    (a bundle with the target's tokenizer); `target`: the target's Runner -> (drafter, the
+    draft runner to close, or None)."""
     if spec == LOOKUP:
         return LookupDrafter(), None
     if spec == MTP:
-        raise SsmportError("--draft mtp: drafting with Qwen3.5's multi-token-prediction head (mtp.*) is not built "
-                           "yet (ssmport skips those weights); use --draft lookup or a smaller BUNDLE")  # fmt: skip
+        if target.draft_rows is None:
+            raise SsmportError(f"--draft mtp: {target.bundle.path} has no draft head; export a checkpoint that ships "
+                               "one (Qwen3.5's mtp.*) with --verify K, in the default layout")  # fmt: skip
+        return MTPDrafter(target), None
+    target_bundle = target.bundle
     from ssmport.bundle import Bundle
     from ssmport.runtime.runner import Runner
 
@@ -159,4 +251,5 @@ def check_same_tokenizer(target, draft, where: str) -> None:
                            f"{target.vocab_size:,}; a draft bundle must share the target's")  # fmt: skip
 
 
-__all__ = ["LOOKUP", "MTP", "BundleDrafter", "Draft", "Drafter", "LookupDrafter", "check_same_tokenizer", "open_drafter"]
+__all__ = ["LOOKUP", "MTP", "BundleDrafter", "Draft", "Drafter", "LookupDrafter", "MTPDrafter", "check_same_tokenizer",
+           "open_drafter"]

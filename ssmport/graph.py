@@ -79,9 +79,13 @@ class NormHead(nn.Module):
         self.proj, self.weight, self.bias, self.eps = proj, weight, bias, eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(self.normed(x))
+
+    def normed(self, x: torch.Tensor) -> torch.Tensor:
+        """The final norm alone: the rows the LM head reads (a draft head's input hidden state)."""
         if self.bias is not None:
-            return self.proj(layer_norm(x, self.weight, self.bias, self.eps))
-        return self.proj(rms_norm(x, self.weight, self.eps))
+            return layer_norm(x, self.weight, self.bias, self.eps)
+        return rms_norm(x, self.weight, self.eps)
 
 
 class CausalLM(nn.Module):

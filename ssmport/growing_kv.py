@@ -63,6 +63,9 @@ class GrowingKVLM(nn.Module):
         self.specs = tuple(growing_specs(self.native))
         self.slots = layer_slots(self.layers, self.native)
         self.kv = frozenset(s.name for s in self.specs if s.dynamic)
+        # with a draft head (ssmport.models.qwen3_5.mtp): a second output, "hidden", every row's
+        # final-norm output [1, T, C] (main: [1, 1, C]), what the head drafts from
+        self.hidden = False
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, third, fourth=None):
         # (valid_len, states) for prefill, (states,) for main: named arguments, not *args,
@@ -72,6 +75,10 @@ class GrowingKVLM(nn.Module):
         step = Step(valid_len, position_ids.view(T))
         io = _GrowingStates(dict(zip((s.name for s in self.specs), states)), self.kv)
         x = run_blocks(self.layers, self.slots, self.native, self.embed(input_ids.view(T)), step, io)
+        if self.hidden:
+            normed = self.head.normed(x)
+            rows = normed if step.decode or self.all_logits else last_valid(normed, step.valid_len)
+            return self.head.proj(rows).view(1, rows.shape[0], -1), normed.view(1, T, -1)
         if step.decode or not self.all_logits:
             x = x if step.decode else last_valid(x, step.valid_len)
             return self.head(x).view(1, 1, -1)

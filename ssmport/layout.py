@@ -40,6 +40,7 @@ class Function:
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
     dynamic_shapes: tuple | None = None
+    states: list | None = None  # its own states (a draft head's); None: the layout's
 
 
 class Layout(ABC):

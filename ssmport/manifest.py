@@ -173,6 +173,24 @@ class PrefillEntry(FunctionEntry):
 
 
 @dataclass(frozen=True)
+class DraftEntry(PrefillEntry):
+    """A checkpoint's draft head (`export --verify K` of a Qwen3.5 with `mtp.*`): a function of
+    `chunk` rows of (token, the target's hidden state, position) with states of its own, which
+    the target's functions never touch (ssmport.models.qwen3_5.mtp)."""
+
+    states: tuple[StateEntry, ...] = ()
+
+    @classmethod
+    def from_json(cls, data: dict, where: str) -> DraftEntry:
+        base = PrefillEntry.from_json(data, where)
+        return cls(base.function, base.inputs, base.outputs, base.chunk, base.padding,
+                   _Reader(data, where).entries("states", StateEntry))  # fmt: skip
+
+    def to_json(self) -> dict:
+        return super().to_json() | {"states": [s.to_json() for s in self.states]}
+
+
+@dataclass(frozen=True)
 class RecipeEntry:
     name: str
     description: str
@@ -239,6 +257,8 @@ class Manifest:
     # with `export --verify K`: the function checking K drafted tokens (ssmport.verify); its
     # chunk is K. Absent from bundles exported without it (and before it existed).
     verify: PrefillEntry | None = None
+    # with a checkpoint's draft head (Qwen3.5's mtp.*) and --verify: its function and states
+    draft: DraftEntry | None = None
     tokenizer: TokenizerEntry | None = None
     gate: GateSummary | None = None
     notes: list[str] = field(default_factory=list)
@@ -294,6 +314,7 @@ class Manifest:
             "states": [s.to_json() for s in self.states],
             "prefill": None if self.prefill is None else self.prefill.to_json(),
             **({} if self.verify is None else {"verify": self.verify.to_json()}),
+            **({} if self.draft is None else {"draft": self.draft.to_json()}),
             "plan": self.plan,
             "asset": asdict(self.asset),
             "tokenizer": None if self.tokenizer is None else asdict(self.tokenizer),
@@ -329,6 +350,7 @@ class Manifest:
             raise BundleError(f"{where}: unknown layout {layout!r} (this ssmport knows {', '.join(LAYOUTS)})")
         prefill = r.optional_dict("prefill")
         verify = r.optional_dict("verify")
+        draft = r.optional_dict("draft")
         tokenizer = r.optional_dict("tokenizer")
         gate = r.optional_dict("gate")
         notes, export = data.get("notes") or [], data.get("export") or {}
@@ -351,6 +373,7 @@ class Manifest:
             asset=r.record("asset", AssetEntry),
             prefill=None if prefill is None else PrefillEntry.from_json(prefill, f"{where} (prefill)"),
             verify=None if verify is None else _verify_entry(verify, main, f"{where} (verify)"),
+            draft=None if draft is None else DraftEntry.from_json(draft, f"{where} (draft)"),
             tokenizer=None if tokenizer is None else _record(tokenizer, TokenizerEntry, f"{where} (tokenizer)"),
             gate=None if gate is None else _record(gate, GateSummary, f"{where} (gate)"),
             notes=[str(n) for n in notes],

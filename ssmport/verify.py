@@ -26,6 +26,13 @@ if TYPE_CHECKING:
     from torch import nn
 
 VERIFY_FUNCTION = "verify"
+# A checkpoint's own draft head (Qwen3.5's MTP: ssmport.models.qwen3_5.mtp), exported beside
+# verify as one more function with its own states; the target's functions then also output
+# every row's final-norm hidden state, which the head drafts from.
+DRAFT_FUNCTION = "draft"
+DRAFT_INPUT_NAMES = ("input_ids", "position_ids", "hidden", "valid_len")
+DRAFT_OUTPUT_NAMES = ("logits", "hidden")
+HIDDEN_OUTPUT = "hidden"
 # The most drafts one call may check: acceptance falls off long before (each draft must hold
 # for the next to count), and the call's cost grows with its rows.
 MAX_VERIFY = 64
@@ -49,4 +56,4 @@ def build_verify(decode: nn.Module, k: int) -> nn.Module | None:
     return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=k, all_logits=True)
 
 
-__all__ = ["MAX_VERIFY", "VERIFY_FUNCTION", "build_verify", "check_verify"]
+__all__ = ["DRAFT_FUNCTION", "DRAFT_INPUT_NAMES", "DRAFT_OUTPUT_NAMES", "HIDDEN_OUTPUT", "MAX_VERIFY", "VERIFY_FUNCTION", "build_verify", "check_verify"]

@@ -1000,7 +1000,8 @@ case("generate-max-tokens-text", "generate", "-n that is not a number", lambda e
 _GEN = lambda e, *extra: ["generate", e.spec, "--tokens", "1,2", *extra]  # noqa: E731
 case("generate-draft-unknown", "generate", "an unknown --draft (neither a drafter nor a bundle)",
      lambda e: _GEN(e, "--draft", e.path("lokup")), "not 'lookup' and no such bundle")  # fmt: skip
-case("generate-draft-mtp", "generate", "--draft mtp (not built)", lambda e: _GEN(e, "--draft", "mtp"), "--draft mtp: drafting with Qwen3.5's")
+case("generate-draft-mtp", "generate", "--draft mtp for a bundle without a draft head (no mtp.* exported)",
+     lambda e: _GEN(e, "--draft", "mtp"), "has no draft head")  # fmt: skip
 case("generate-draft-not-a-bundle", "generate", "--draft a folder that is not a bundle",
      lambda e: _GEN(e, "--draft", e.write("d/x", "x").parent), "not an ssmport bundle (no manifest.json)")  # fmt: skip
 case("generate-draft-damaged", "generate", "--draft a bundle whose manifest is not JSON",

@@ -100,7 +100,9 @@ def test_states_equal_transformers_cache(folders, runs, name):
 
 def test_the_two_packagings_give_the_same_weights(folders):
     text, vlm = load_checkpoint(folders["qwen35-text"]), load_checkpoint(folders["qwen35-vlm"])
-    assert text.config == vlm.config and list(text.weights) == list(vlm.weights)
+    # the VLM packaging carries the MTP head too (loaded: mtp_layers 1); the language model is the same
+    assert replace(vlm.config, mtp_layers=0) == text.config and vlm.config.mtp_layers == 1
+    assert list(text.weights) == [n for n in vlm.weights if not n.startswith("mtp.")]
     for name in text.weights:
         assert torch.equal(text.weights[name], vlm.weights[name]), name
 
@@ -154,7 +156,10 @@ def test_vlm_packaging_skips_the_vision_tower_and_mtp_by_prefix(folders):
     assert skipped["model.visual.*"]["tensors"] > 0
     assert len(model.notes) == 1 and "\n" not in model.notes[0]
     assert "model.visual.* (vision tower" in model.notes[0] and "mtp.* (multi-token prediction head, 15)" in model.notes[0]
-    assert not any("visual" in n or n.startswith("mtp.") for n in model.weights)
+    assert not any("visual" in n for n in model.weights)
+    # config.json declares the MTP head and it is there: loaded (strictly) for an export with
+    # --verify, still recorded as skipped until an export uses it (tests/test_mtp.py)
+    assert sum(n.startswith("mtp.") for n in model.weights) == 15 and model.config.mtp_layers == 1
     assert load_checkpoint(folders["qwen35-text"]).notes == []
 
 

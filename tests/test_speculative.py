@@ -285,7 +285,7 @@ def test_bad_inputs_are_one_line(spec_bundles, world_bundle, capsys):
         (["generate", world_bundle["bundle"], "--tokens", "1,2", "--draft", "lookup"], "has no verify function"),
         (["generate", path, "--tokens", "1,2", "--draft", "lookup", "--draft-tokens", K + 1], "checks 2 to 4"),
         (["generate", path, "--tokens", "1,2", "--draft-tokens", 2], "applies with --draft only"),
-        (["generate", path, "--tokens", "1,2", "--draft", "mtp"], "is not built yet"),
+        (["generate", path, "--tokens", "1,2", "--draft", "mtp"], "has no draft head"),
         (["chat", path, "--draft-tokens", 2], "applies with --draft only"),
         (["generate", path, "--tokens", "1,2", "--draft", path.parent / "nope"], "no such bundle"),
         (["generate", path, "--tokens", "1,2", "--draft", spec_bundles["rwkv7-apple"]], "tokenizer differs"),

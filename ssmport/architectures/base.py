@@ -260,6 +260,12 @@ class Architecture(ABC):
             return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=chunk)
         return None
 
+    def build_draft(self, config: ArchConfig, weights: TensorSource, builder: WeightBuilder, decode: nn.Module,
+                    rows: int, state_dtype: torch.dtype) -> nn.Module | None:  # fmt: skip
+        """The checkpoint's own draft head as a function of `rows` rows over `decode`'s weights
+        (Qwen3.5's MTP head: ssmport.models.qwen3_5.mtp), or None (the default: none)."""
+        return None
+
     def with_context(self, config: ArchConfig, context: int) -> ArchConfig:
         """The config with its KV cache sized for `context` positions (`--context`). Only an
         architecture with kv states has one; the default refuses."""

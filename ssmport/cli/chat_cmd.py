@@ -33,7 +33,7 @@ def add_parser(sub) -> None:
     p.add_argument("--state", help="continue from a state saved with --save-state (same bundle only)")
     p.add_argument("--save-state", help="save the conversation's state here at the end (safetensors)")
     p.add_argument("--stats", action="store_true", help="after each reply, print tokens reused / fed to stderr")
-    p.add_argument("--draft", metavar="lookup|BUNDLE", help="speculative decoding, as `generate --draft` "
+    p.add_argument("--draft", metavar="lookup|mtp|BUNDLE", help="speculative decoding, as `generate --draft` "
                    "(needs a bundle exported with --verify K); the replies are the same at temperature 0")
     p.add_argument("--draft-tokens", type=int, metavar="K", help="with --draft: tokens one verify call checks")
     p.set_defaults(func=run)

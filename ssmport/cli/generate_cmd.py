@@ -24,9 +24,10 @@ def add_parser(sub) -> None:
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass (default 1.0)")
     p.add_argument("--seed", type=int, default=0, help="sampling seed (default 0)")
-    p.add_argument("--draft", metavar="lookup|BUNDLE",
+    p.add_argument("--draft", metavar="lookup|mtp|BUNDLE",
                    help="speculative decoding (needs a bundle exported with --verify K): drafts from prompt "
-                   "lookup, or from a smaller BUNDLE with the same tokenizer; the ids are those of plain "
+                   "lookup, from the bundle's own multi-token-prediction head (mtp: a Qwen3.5 checkpoint's "
+                   "mtp.*), or from a smaller BUNDLE with the same tokenizer; the ids are those of plain "
                    "decoding at temperature 0, and follow its distribution when sampling (docs/speculative.md)")
     p.add_argument("--draft-tokens", type=int, metavar="K",
                    help="with --draft: tokens one verify call checks (default: the bundle's --verify K)")

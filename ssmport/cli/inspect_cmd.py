@@ -63,6 +63,10 @@ def run(args) -> int:
         print(f"function: {m.verify.function} (speculative decoding, checks up to {m.verify.chunk} drafted tokens "
               "per call; same states)")  # fmt: skip
         _print_interface(m.verify, ())
+    if m.draft:
+        print(f"function: {m.draft.function} (the checkpoint's draft head, `--draft mtp`: up to {m.draft.chunk} rows of "
+              "token, hidden state and position per call; its own states)")  # fmt: skip
+        _print_interface(m.draft, m.draft.states)
     summary = m.plan["summary"]
     print("weights by category:")
     for role, nbytes in sorted(summary["by_role"].items(), key=lambda kv: -kv[1]):
@@ -131,6 +135,8 @@ def _print_ops(bundle, count_now: bool) -> None:
         line += ", prefill not counted at export (fp32 bundles only: --count-ops counts it)"
     if "verify" in ops:
         line += f", verify {ops['verify']['ops']} per call of {bundle.manifest.verify.chunk} rows"
+    if "draft" in ops:
+        line += f", draft {ops['draft']['ops']} per call"
     print(f"{line} (Core AI runtime Profiler, {when}; a GPU dispatch each)")
 
 

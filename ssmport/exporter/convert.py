@@ -22,7 +22,7 @@ from ssmport._quiet import python_stdout_captured
 from ssmport.architectures import LoadedModel
 from ssmport.errors import SsmportError
 from ssmport.exporter.contract import GraphSignature, check_contract, read_signature
-from ssmport.layout import Layout
+from ssmport.layout import Function, Layout
 from ssmport.layouts import DEFAULT as DEFAULT_LAYOUT
 from ssmport.layouts import layout_named
 from ssmport.memory import return_freed_memory, section, trim_heap
@@ -30,7 +30,7 @@ from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION
 from ssmport.progress import Stages
 from ssmport.quant.plan import WeightBuilder, storage_key
 from ssmport.reproducible import deterministic_names, name_folded_constants
-from ssmport.verify import VERIFY_FUNCTION
+from ssmport.verify import DRAFT_FUNCTION, DRAFT_INPUT_NAMES, DRAFT_OUTPUT_NAMES, HIDDEN_OUTPUT, VERIFY_FUNCTION
 
 
 @dataclass
@@ -45,6 +45,8 @@ class Converted:
     layout: Layout = DEFAULT_LAYOUT
     verify: GraphSignature | None = None  # with --verify: the function checking K drafts
     verify_rows: int | None = None
+    draft: GraphSignature | None = None  # the checkpoint's draft head (Qwen3.5's MTP), with its own states
+    draft_specs: list | None = None
 
 
 def convert(
@@ -76,12 +78,15 @@ def convert(
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
+            draft = arch.build_draft(cfg, model.weights, builder, module, verify, state_dtype) if verify else None
     check_buffers(module, specs)
     if prefill is not None:
         prefill.eval()
         check_buffers(prefill, specs)
     functions, specs = layout.functions(arch, cfg, specs, module, prefill, prefill_chunk, verify)
-    del module, prefill
+    if draft is not None:
+        _add_draft(functions, draft, model)
+    del module, prefill, draft
     return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
@@ -91,32 +96,50 @@ def convert(
         torch._dynamo.reset()
 
     with stages.stage("Converting to Core AI"):
-        state_names = [s.name for s in specs]
         with python_stdout_captured(), deterministic_names():  # the same graph, the same names
             converter = _releasing_converter(builder, model.weights.storage_keys())
             for f, ep in zip(functions, programs):
                 converter = converter.add_exported_program(
-                    ep, input_names=list(f.inputs), output_names=list(f.outputs), state_names=state_names,
+                    ep, input_names=list(f.inputs), output_names=list(f.outputs),
+                    state_names=[s.name for s in (specs if f.states is None else f.states)],
                     **({} if f.name == "main" else {"entrypoint_name": f.name}),
                 )  # fmt: skip
             with section("TorchConverter.to_coreai"):
                 program = converter.to_coreai()
             name_folded_constants(program)
-        contracts = [(f.name, f.inputs, f.outputs) for f in functions]
+        contracts = [(f.name, f.inputs, f.outputs, specs if f.states is None else f.states) for f in functions]
+        draft_specs = next((f.states for f in functions if f.name == DRAFT_FUNCTION), None)
         with section("release torch module"):
             del functions, programs, converter
             return_freed_memory()
             model.weights.release_pages()  # a checkpoint's fp32 tensors are stored as they are: re-read here
         signatures = {}
         with section("read IR signature"):
-            for name, inputs, outputs in contracts:
+            for name, inputs, outputs, states in contracts:
                 signatures[name] = read_signature(program, name)
-                check_contract(signatures[name], inputs, outputs, specs)
+                check_contract(signatures[name], inputs, outputs, states)
     prefill_sig = signatures.get(PREFILL_FUNCTION)
     chunk = None if prefill_sig is None else layout.prefill_rows(arch, specs, prefill_chunk)
     verify_sig = signatures.get(VERIFY_FUNCTION)
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout, verify_sig,
-                     verify if verify_sig is not None else None)  # fmt: skip
+                     verify if verify_sig is not None else None, signatures.get(DRAFT_FUNCTION), draft_specs)  # fmt: skip
+
+
+def _add_draft(functions: list[Function], draft: torch.nn.Module, model: LoadedModel) -> None:
+    """The draft head as one more function (its own states), and the target's functions with the
+    hidden output it drafts from. The apple layout's functions are Apple's engines' signatures:
+    there the head is left out, said in a note."""
+    from ssmport.growing_kv import GrowingKVLM
+
+    if not all(isinstance(f.module, GrowingKVLM) for f in functions):
+        model.notes.append("the checkpoint's draft head (multi-token prediction) is not exported in this layout: its "
+                           "draft function needs hidden-state outputs that Apple's engines' functions do not have")  # fmt: skip
+        return
+    for f in functions:
+        f.module.hidden = True
+        f.outputs = (*f.outputs, HIDDEN_OUTPUT)
+    functions.append(Function(DRAFT_FUNCTION, draft, draft.example(), DRAFT_INPUT_NAMES, DRAFT_OUTPUT_NAMES,
+                              states=list(draft.specs)))  # fmt: skip
 
 
 def _check_verify_fits(k: int | None, specs) -> None:

@@ -35,6 +35,7 @@ from ssmport.layout import Layout
 from ssmport.layouts import DEFAULT as DEFAULT_LAYOUT
 from ssmport.manifest import (
     AssetEntry,
+    DraftEntry,
     FunctionEntry,
     Manifest,
     PrefillEntry,
@@ -182,17 +183,18 @@ def _build_bundle(
         name=name,
         architecture=arch.name,
         config=cfg.to_json(),
-        source=_provenance(model),
+        source=_provenance(model, converted.draft is not None),
         synthetic_weights=model.synthetic,
         recipe=RecipeEntry(recipe.name, recipe.description, dtype_name(state_dtype)),
         main=_function_entry(signature),
         states=tuple(spec.entry(s.shape) for s, spec in zip(signature.states, specs)),
         prefill=_rows_entry(converted, converted.prefill, converted.prefill_chunk),
         verify=_rows_entry(converted, converted.verify, converted.verify_rows),
+        draft=_draft_entry(converted),
         plan=plan_record,
         asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
-        notes=list(model.notes),
+        notes=_notes(model, converted.draft is not None),
         layout=layout.name,
     )
     manifest.bundle_id = content_id(manifest.to_json())
@@ -211,13 +213,23 @@ def _check_auto_fit(auto: AutoPlan, plan_bytes: int, asset_bytes: int) -> None:
                            f"more than the {auto.reserve:,} auto reserves; give a budget that much larger")  # fmt: skip
 
 
-def _provenance(model: LoadedModel) -> dict:
+def _provenance(model: LoadedModel, draft: bool = False) -> dict:
     """The model's provenance, with the plugin that registered its architecture (if any), so
-    that `ssmport gate` without it can say which one the bundle needs."""
+    that `ssmport gate` without it can say which one the bundle needs. `draft`: the bundle
+    carries the checkpoint's draft head, which is then no longer a skipped group."""
     from ssmport.plugins import plugin_of
 
     plugin = plugin_of(model.architecture.name)
-    return dict(model.provenance) | ({"plugin": plugin} if plugin else {})
+    provenance = dict(model.provenance) | ({"plugin": plugin} if plugin else {})
+    skipped = provenance.get("skipped_tensors")
+    if draft and skipped:
+        from ssmport.models.qwen3_5.checkpoints import MTP_PREFIX
+
+        skipped = {group: v for group, v in skipped.items() if group != MTP_PREFIX + "*"}
+        provenance["skipped_tensors"] = skipped
+        if not skipped:
+            del provenance["skipped_tensors"]
+    return provenance
 
 
 def _function_entry(sig: GraphSignature) -> FunctionEntry:
@@ -231,6 +243,27 @@ def _rows_entry(converted: Converted, sig: GraphSignature | None, chunk: int | N
         return None
     entry = _function_entry(sig)
     return PrefillEntry(entry.function, entry.inputs, entry.outputs, chunk, converted.layout.padding)
+
+
+def _notes(model: LoadedModel, draft: bool) -> list[str]:
+    """The model's notes; with the draft head exported, its line of skipped groups without it."""
+    if not draft:
+        return list(model.notes)
+    from ssmport.loader.resolve import skipped_note
+
+    before = model.provenance.get("skipped_tensors")
+    after = _provenance(model, draft).get("skipped_tensors")
+    old = skipped_note(before) if before else None
+    notes = [n for n in model.notes if n != old]
+    return notes + [skipped_note(after)] if after else notes
+
+
+def _draft_entry(converted: Converted) -> DraftEntry | None:
+    sig = converted.draft
+    if sig is None:
+        return None
+    states = tuple(spec.entry(s.shape) for s, spec in zip(sig.states, converted.draft_specs))
+    return DraftEntry(sig.function, sig.inputs, sig.outputs, converted.verify_rows, converted.layout.padding, states)
 
 
 def _check_tokenizer_files(model: LoadedModel) -> None:

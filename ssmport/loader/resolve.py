@@ -220,6 +220,13 @@ def _check_matches_preset(model: LoadedModel, preset) -> None:
         raise CheckpointError(f"{model.provenance.get('path')}: does not match preset {preset.name}: {', '.join(diffs)}")
 
 
+def skipped_note(skipped: dict[str, dict]) -> str:
+    """The one line of output naming the groups of tensors left out ({"prefix*": {what, tensors}})."""
+    groups = ", ".join(f"{p} ({g['what']}, {g['tensors']})" for p, g in skipped.items())
+    total = sum(g["tensors"] for g in skipped.values())
+    return f"left out {total} checkpoint tensors that are not part of the language model: {groups}"
+
+
 def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: Path) -> LoadedModel:
     from ssmport.tokenizers import find_tokenizer
 
@@ -228,9 +235,7 @@ def _loaded(arch, config, weights, kind: str, path: Path, name: str, vocab_dir: 
     notes = []
     if weights.skipped:  # named in the manifest (source) and in one line of output (notes)
         provenance["skipped_tensors"] = {f"{p}*": {"what": what, "tensors": n} for p, (what, n) in weights.skipped.items()}
-        groups = ", ".join(f"{p}* ({what}, {n})" for p, (what, n) in weights.skipped.items())
-        total = sum(n for _, n in weights.skipped.values())
-        notes.append(f"left out {total} checkpoint tensors that are not part of the language model: {groups}")
+        notes.append(skipped_note(provenance["skipped_tensors"]))
     return LoadedModel(
         architecture=arch,
         config=config,

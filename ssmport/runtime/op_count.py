@@ -14,6 +14,8 @@ from __future__ import annotations
 import collections
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from ssmport.bundle import Bundle
 
 CALL_EVENT = "Function Execute"  # the profiler's event for a whole call
@@ -75,7 +77,8 @@ class OpLog:
 
 def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[str, OpCount]:
     """Ops of one decode call (`main`, one token, unless not `main`) and, when the bundle has
-    it (and `prefill`), of one full prefill chunk, and of one full `verify` call, on zero states."""
+    it (and `prefill`), of one full prefill chunk, of one full `verify` call and of one call of
+    the draft head (`draft`, Qwen3.5's MTP), on zero states."""
     from ssmport.runtime.runner import Runner
 
     log = OpLog()
@@ -96,4 +99,7 @@ def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[s
             runner.reset()
             runner.verify([1] * min(runner.verify_rows, runner.context or runner.verify_rows))
             counts["verify"] = summarize(log.calls[-1])
+        if runner.draft_rows is not None:  # one call of the draft head (a drafting step: one row)
+            runner.draft([1], np.zeros((1, runner.hiddens.shape[1]), np.float32), 0)
+            counts["draft"] = summarize(log.calls[-1])
     return counts

@@ -86,10 +86,12 @@ class Runner:
                 self._model = self._loop.run_until_complete(AIModel.load(lowered))
             traced = {} if profiler is None else {"profiler": profiler}
             _check_functions(self.bundle, list(self._model.function_names),
-                             [function, prefill_entry and prefill_entry.function, m.verify and m.verify.function])
+                             [function, prefill_entry and prefill_entry.function, m.verify and m.verify.function,
+                              m.draft and m.draft.function])  # fmt: skip
             self._fn = self._model.load_function(function, **traced)
             self._prefill = self._model.load_function(prefill_entry.function, **traced) if prefill_entry else None
             self._verify = self._model.load_function(m.verify.function, **traced) if m.verify else None
+            self._draft = self._model.load_function(m.draft.function, **traced) if m.draft else None
         self.prefill_chunk: int | None = prefill_entry.chunk if prefill_entry else None
         self.layout = layout_named(m.layout)  # the calling convention (ssmport.layout), see feed()
         # the most tokens one `main` call takes: apple's "decode" main and the ssmport layout, 1
@@ -102,10 +104,16 @@ class Runner:
             self._check_descriptor(self._prefill, prefill_entry)
         if m.verify:
             self._check_descriptor(self._verify, m.verify)
+        if m.draft:
+            self._check_descriptor(self._draft, m.draft, m.draft.states)
         # The most tokens one `verify` call checks (ssmport.verify): the verify function's K, or
         # an apple-layout chunk main's rows; None: this bundle cannot verify drafts.
         self.verify_rows: int | None = m.verify.chunk if m.verify else (self.main_rows if self.main_rows > 1 else None)
         self.tokens: list[int] = []
+        # A bundle with a draft head (manifest "draft"): the target's final-norm hidden state of
+        # every position fed, row p written by each call that feeds position p (a rewind keeps
+        # the rows: those of accepted drafts are what the head catches up from).
+        self.hiddens: np.ndarray | None = None
         self._states: dict[str, np.ndarray] = {}
         self.kv_start = KV_START  # a growing KV cache's first allocation (tests set it smaller)
         self.reset()
@@ -115,13 +123,14 @@ class Runner:
         """Whether prompts go through the bundle's chunked `prefill` function."""
         return self._prefill is not None
 
-    def _check_descriptor(self, fn, entry: FunctionEntry) -> None:
-        """The function's interface as the runtime reports it must be the manifest's."""
+    def _check_descriptor(self, fn, entry: FunctionEntry, states=None) -> None:
+        """The function's interface as the runtime reports it must be the manifest's (`states`:
+        its own, a draft head's; default the bundle's)."""
         d = fn.desc
         expect = {
             "inputs": [t.key for t in entry.inputs],
             "outputs": [t.key for t in entry.outputs],
-            "states": [t.key for t in self.bundle.manifest.states],
+            "states": [t.key for t in (self.bundle.manifest.states if states is None else states)],
         }
         got = {
             "inputs": [(n, tuple(d.input_descriptor(n).shape), d.input_descriptor(n).dtype) for n in d.input_names],
@@ -151,6 +160,9 @@ class Runner:
         # NDArray copies the array: the runtime updates its own buffers (read them via state()).
         self._bound = {name: NDArray(arr) for name, arr in self._states.items()}
         self.tokens = []
+        if m.draft is not None:
+            self.hiddens = np.zeros((0, m.draft.inputs[2].shape[-1]), dtype=np.float32)
+            self._draft_bound = {s.name: NDArray(np.zeros(s.full_shape, dtype=np.dtype(s.dtype))) for s in m.draft.states}
 
     def _allocated_shape(self, s, tokens: int) -> tuple[int, ...]:
         """The buffer shape of state `s` for `tokens` tokens: a growing KV cache's positions
@@ -255,8 +267,20 @@ class Runner:
         }
         with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
             out = self._loop.run_until_complete(self._fn(inputs=inputs, state=self._bound))
+            self._record_hidden(out, first, n)
             self.tokens.extend(chunk)
         return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(n, -1).copy()
+
+    def _record_hidden(self, out: dict, first: int, n: int) -> None:
+        """Keep rows 0..n-1 of a call's "hidden" output as positions first..first+n-1."""
+        if self.hiddens is None or "hidden" not in out:
+            return
+        rows = np.asarray(out["hidden"].numpy(), dtype=np.float32).reshape(-1, self.hiddens.shape[1])[:n]
+        if len(self.hiddens) < first + n:
+            grown = np.zeros((max(first + n, 2 * len(self.hiddens)), self.hiddens.shape[1]), dtype=np.float32)
+            grown[: len(self.hiddens)] = self.hiddens
+            self.hiddens = grown
+        self.hiddens[first : first + n] = rows
 
     def call(self, function: str, inputs: dict[str, np.ndarray], states: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """One raw call of a function on caller-owned arrays: `states` are updated in place, as an
@@ -318,6 +342,37 @@ class Runner:
         out = self._rows_call(self._verify, tokens, self.verify_rows)
         return np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(-1, self.vocab_size)[: len(tokens)].copy()
 
+    @property
+    def draft_rows(self) -> int | None:
+        """The most rows one call of the bundle's draft head takes (None: it has none)."""
+        return self.bundle.manifest.draft.chunk if self.bundle.manifest.draft else None
+
+    def draft(self, tokens: list[int], hiddens: np.ndarray, first: int) -> tuple[np.ndarray, np.ndarray]:
+        """One call of the draft head (ssmport.models.qwen3_5.mtp) on its own states: row r is
+        token tokens[r] with the hidden state hiddens[r] at position first + r. Returns the
+        logits [n, V] and the head's hidden states [n, C] of the n rows. The target's states
+        and token list are not touched."""
+        from coreai.runtime import NDArray
+
+        self._check_open()
+        R, n = self.draft_rows, len(tokens)
+        if R is None:
+            raise SsmportError(f"{self.bundle.path}: this bundle has no draft head")
+        if not 1 <= n <= R or first < 0 or (self.context is not None and first + n > self.context):
+            raise SsmportError(f"draft takes 1 to {R} rows within the context (got {n} at position {first})")
+        self._check_ids(tokens)
+        C = self.hiddens.shape[1]
+        inputs = self.layout.rows_inputs([int(t) for t in tokens], first, R)
+        rows = np.zeros((1, R, C), dtype=np.float32)
+        rows[0, :n] = hiddens
+        inputs = {"input_ids": inputs["input_ids"], "position_ids": inputs["position_ids"], "hidden": rows,
+                  "valid_len": inputs["valid_len"]}  # fmt: skip
+        with interrupts_held():
+            out = self._loop.run_until_complete(self._draft(inputs={k: NDArray(v) for k, v in inputs.items()},
+                                                            state=self._draft_bound))  # fmt: skip
+        logits = np.asarray(out["logits"].numpy(), dtype=np.float32).reshape(R, -1)[:n].copy()
+        return logits, np.asarray(out["hidden"].numpy(), dtype=np.float32).reshape(R, C)[:n].copy()
+
     def _prefill_call(self, chunk: list[int]) -> np.ndarray | None:
         out = self._rows_call(self._prefill, chunk, self.prefill_chunk)
         if "logits" not in out:
@@ -335,6 +390,7 @@ class Runner:
         inputs = {name: NDArray(value) for name, value in self.layout.rows_inputs(chunk, first, T).items()}
         with interrupts_held():  # a call is never abandoned half-way (see ssmport.coreai_loop)
             out = self._loop.run_until_complete(fn(inputs=inputs, state=self._bound))
+            self._record_hidden(out, first, n)
             self.tokens.extend(chunk)
         return out
 
@@ -361,7 +417,7 @@ class Runner:
 
     def close(self) -> None:
         """Release the runtime objects now, in a fixed order, not at interpreter exit."""
-        for attr in ("_bound", "_prefill", "_verify", "_fn", "_model"):
+        for attr in ("_bound", "_draft_bound", "_draft", "_prefill", "_verify", "_fn", "_model"):
             if hasattr(self, attr):
                 delattr(self, attr)
         gc.collect()

@@ -216,7 +216,7 @@ def speculative_decoder(runner, draft: str | None, k: int | None = None) -> Iter
 
     if draft is not None:
         require_verify(runner)  # before a draft bundle is loaded
-    drafter, draft_runner = open_drafter(draft, runner.bundle) if draft is not None else (None, None)
+    drafter, draft_runner = open_drafter(draft, runner) if draft is not None else (None, None)
     try:
         yield SpeculativeDecoder(runner, drafter, k)
     finally:

@@ -45,6 +45,11 @@ class Qwen35Architecture(HybridArchitecture):  # the hybrids' context and apple 
     def state_specs(self, config: Qwen35Config, state_dtype: torch.dtype) -> list[StateSpec]:
         return delta_rule_hybrid_specs(config, state_dtype)
 
+    def build_draft(self, config, weights, builder, decode, rows, state_dtype):
+        from ssmport.models.qwen3_5.mtp import build_draft
+
+        return build_draft(config, weights, builder, decode, rows, state_dtype)
+
 
 QWEN3_5 = Qwen35Architecture(
     name="qwen3_5",

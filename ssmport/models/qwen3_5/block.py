@@ -38,17 +38,18 @@ def delta_rule_names(i: int) -> DeltaRuleNames:
 class Qwen35Block(nn.Module):
     """x += mixer(rmsnorm1p(x)); x += mlp(rmsnorm1p(x)). Its states are its mixer's."""
 
-    def __init__(self, cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder, mlp):
+    def __init__(self, cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder, mlp, prefix: str | None = None):
+        """`prefix`: a full-attention layer stored under another prefix (the MTP layer's)."""
         super().__init__()
-        p, self.eps = layer(i), cfg.rms_norm_eps
+        p, self.eps = prefix or layer(i), cfg.rms_norm_eps
         gain = lambda n: b.vector(n, norm_gain(src[n], ZERO_CENTRED), Role.NORM)  # noqa: E731
         self.input_norm, self.post_norm = gain(p + "input_layernorm.weight"), gain(p + "post_attention_layernorm.weight")
-        if cfg.layer_types[i] == FULL:
-            self.mixer = AttentionMixer(cfg.attention, attention(cfg, i), src, b)
+        if prefix or cfg.layer_types[i] == FULL:
+            self.mixer = AttentionMixer(cfg.attention, attention(cfg, i, prefix), src, b)
         else:
             self.mixer = DeltaRuleMixer(cfg.delta_rule, delta_rule_names(i), src, b, CONV_STATES, RECURRENT_STATES)
         self.states = self.mixer.states
-        self.mlp = mlp(cfg, i, src, b)
+        self.mlp = mlp(cfg, i, src, b) if prefix is None else swiglu(src, b, p)
 
     def forward(self, x, slices: dict, step: Step):
         out, states = self.mixer(rms_norm(x, self.input_norm, self.eps), slices, step)
@@ -56,8 +57,13 @@ class Qwen35Block(nn.Module):
         return x + self.mlp(rms_norm(x, self.post_norm, self.eps)), states
 
 
+def swiglu(src: TensorSource, b: WeightBuilder, p: str) -> nn.Module:
+    """The SwiGLU MLP of the layer stored under prefix p."""
+    return SwiGLU(*(f"{p}mlp.{w}_proj.weight" for w in ("gate", "up", "down")), src, b)
+
+
 def dense_mlp(cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder) -> nn.Module:
-    return SwiGLU(*(f"{layer(i)}mlp.{w}_proj.weight" for w in ("gate", "up", "down")), src, b)
+    return swiglu(src, b, layer(i))
 
 
 def build(cfg: Qwen35Config, src: TensorSource, b: WeightBuilder, mlp=dense_mlp):

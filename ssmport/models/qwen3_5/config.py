@@ -55,6 +55,9 @@ class Qwen35Config(hybrid.HybridConfig):
     tie_word_embeddings: bool = False
     max_position_embeddings: int = 262144
     context: int = DEFAULT_CONTEXT  # positions the KV cache holds (set at export: --context)
+    # multi-token-prediction layers loaded (`mtp.*`, ssmport.models.qwen3_5.mtp): 0, or 1 when the
+    # checkpoint has them and its config.json says mtp_num_hidden_layers >= 1
+    mtp_layers: int = 0
 
     @property
     def attention(self) -> AttentionSpec:
@@ -69,7 +72,10 @@ class Qwen35Config(hybrid.HybridConfig):
                              self.linear_value_head_dim, self.linear_conv_kernel_dim, norm_eps=self.rms_norm_eps)  # fmt: skip
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self) | {"layer_types": list(self.layer_types)}
+        data = asdict(self) | {"layer_types": list(self.layer_types)}
+        if not self.mtp_layers:  # a bundle without the head records the config it always did
+            del data["mtp_layers"]
+        return data
 
     def validate(self, origin: str) -> None:
         problems = hybrid.delta_rule_hybrid_problems(self) | {

@@ -8,9 +8,11 @@ import math
 import torch
 
 from ssmport.models.inits import decay_init
+from ssmport.models.qwen3_5.checkpoints import MTP_NORM, MTP_NORM_EMBEDDING, MTP_NORM_HIDDEN, NORM
 
 # Qwen3.5's zero-centred norms multiply by (1 + w): w near 0 is a gain near 1.
 _ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight")
+_ZERO_CENTRED_NAMES = (NORM, MTP_NORM, MTP_NORM_EMBEDDING, MTP_NORM_HIDDEN)  # the final norm, the MTP head's norms
 
 
 def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> torch.Tensor:
@@ -20,7 +22,7 @@ def synthetic_init(name: str, shape: tuple[int, ...], g: torch.Generator) -> tor
         return decay
     if name.endswith("conv1d.weight"):
         return 0.5 * randn
-    if name.endswith(_ZERO_CENTRED) or name == "model.norm.weight":
+    if name.endswith(_ZERO_CENTRED) or name in _ZERO_CENTRED_NAMES:
         return 0.1 * randn
     if len(shape) == 1:  # the GDN output norm's plain gain, biases
         return (1.0 if name.endswith("norm.weight") else 0.0) + 0.1 * randn
