@@ -223,7 +223,7 @@ def _provenance(model: LoadedModel, draft: bool = False) -> dict:
     provenance = dict(model.provenance) | ({"plugin": plugin} if plugin else {})
     skipped = provenance.get("skipped_tensors")
     if draft and skipped:
-        from ssmport.models.qwen3_5.checkpoints import MTP_PREFIX
+        from ssmport.models.qwen3_5.mtp_checkpoint import MTP_PREFIX
 
         skipped = {group: v for group, v in skipped.items() if group != MTP_PREFIX + "*"}
         provenance["skipped_tensors"] = skipped

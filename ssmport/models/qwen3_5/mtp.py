@@ -37,7 +37,7 @@ from ssmport.graph import CausalLM, Step
 from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.attention import norm_gain
 from ssmport.models.qwen3_5.block import Qwen35Block, dense_mlp
-from ssmport.models.qwen3_5.checkpoints import MTP_FC, MTP_LAYER, MTP_NORM, MTP_NORM_EMBEDDING, MTP_NORM_HIDDEN
+from ssmport.models.qwen3_5.mtp_checkpoint import MTP_FC, MTP_LAYER, MTP_NORM, MTP_NORM_EMBEDDING, MTP_NORM_HIDDEN
 from ssmport.models.qwen3_5.config import ZERO_CENTRED, Qwen35Config
 from ssmport.ops.norms import rms_norm
 from ssmport.quant.plan import WeightBuilder

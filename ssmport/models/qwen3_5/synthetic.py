@@ -8,7 +8,8 @@ import math
 import torch
 
 from ssmport.models.inits import decay_init
-from ssmport.models.qwen3_5.checkpoints import MTP_NORM, MTP_NORM_EMBEDDING, MTP_NORM_HIDDEN, NORM
+from ssmport.models.qwen3_5.checkpoints import NORM
+from ssmport.models.qwen3_5.mtp_checkpoint import MTP_NORM, MTP_NORM_EMBEDDING, MTP_NORM_HIDDEN
 
 # Qwen3.5's zero-centred norms multiply by (1 + w): w near 0 is a gain near 1.
 _ZERO_CENTRED = ("input_layernorm.weight", "post_attention_layernorm.weight", "q_norm.weight", "k_norm.weight")
