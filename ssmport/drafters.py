@@ -44,6 +44,16 @@ class Draft:
     probs: list[np.ndarray] | None = None
 
 
+def _choose(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator, probs: list) -> int:
+    """A model drafter's next token: the argmax at temperature 0, else drawn from q (the
+    sampling distribution, appended to `probs` for the rejection scheme)."""
+    if temperature == 0:
+        return int(np.argmax(logits))
+    q = sampling_probs(logits, temperature, top_p)
+    probs.append(q)
+    return int(rng.choice(len(q), p=q))
+
+
 class Drafter(Protocol):
     def propose(self, context: Sequence[int], k: int, temperature: float, top_p: float,
                 rng: np.random.Generator) -> Draft: ...  # fmt: skip
@@ -122,12 +132,7 @@ class BundleDrafter:
         self._mark = r.mark()
         tokens, probs = [], []
         for i in range(k):
-            if temperature == 0:
-                tokens.append(int(np.argmax(logits)))
-            else:
-                q = sampling_probs(logits, temperature, top_p)
-                tokens.append(int(rng.choice(len(q), p=q)))
-                probs.append(q)
+            tokens.append(_choose(logits, temperature, top_p, rng, probs))
             if i + 1 < k:
                 logits = r.step(tokens[-1])
         return Draft(tokens, probs if temperature > 0 else None)
@@ -178,13 +183,7 @@ class MTPDrafter:
         tokens, probs = [], []
         self._last = (n, tokens)
         for i in range(k):
-            row = logits[-1]
-            if temperature == 0:
-                tokens.append(int(np.argmax(row)))
-            else:
-                q = sampling_probs(row, temperature, top_p)
-                tokens.append(int(rng.choice(len(q), p=q)))
-                probs.append(q)
+            tokens.append(_choose(logits[-1], temperature, top_p, rng, probs))
             if i + 1 < k:
                 logits, hidden = r.draft([tokens[-1]], hidden[-1:], n - 1 + i)
                 self.head_calls += 1

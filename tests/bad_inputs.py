@@ -172,6 +172,14 @@ def _out(e: Env) -> list:
     return ["-o", e.path("out"), "-q", "--no-gate"]
 
 
+def _config_cases(family: str, fixture: str, rows) -> None:
+    """Export cases of a family's config.json: each row (id, what, an edit of the config, the
+    message) exports the table's `fixture` folder (an Env attribute) with that edit."""
+    for cid, what, edit, message in rows:
+        case(cid, "export", f"{family} config.json: {what}",
+             lambda e, edit=edit: ["export", e.folder(getattr(e, fixture), edit), *_out(e)], message)  # fmt: skip
+
+
 # === the program itself =====================================================================
 case("no-command", "ssmport", "no subcommand", lambda e: [], "the following arguments are required: COMMAND")
 case("unknown-command", "ssmport", "an unknown subcommand", lambda e: ["frobnicate"], "invalid choice: 'frobnicate'")
@@ -438,7 +446,7 @@ def _no_head_dim(d):
     d["num_heads"] = 1000
 
 
-for cid, what, edit, message in (
+_config_cases("rwkv7", "fla", (
     ("rwkv7-head-dim-0", "head_dim 0", _set("head_dim", 0), "head_dim=0 is outside"),
     ("rwkv7-head-dim-too-big", "head_dim larger than the width", _set("head_dim", 256), "do not divide into heads of head_dim=256"),
     ("rwkv7-heads-too-many", "more heads than channels", _no_head_dim, "hidden_size/num_heads=0.128 is not a whole number"),
@@ -456,9 +464,8 @@ for cid, what, edit, message in (
     ("rwkv7-norm-first-string", "norm_first written as a string", _set("norm_first", "false"), "norm_first='false' is not true or false"),
     ("rwkv7-tie-string", "tie_word_embeddings written as a string", _set("tie_word_embeddings", "no"), "tie_word_embeddings='no' is not true or false"),
     ("rwkv7-no-heads", "neither head_dim nor num_heads", _drop("head_dim"), "sets neither head_dim nor num_heads"),
-):  # fmt: skip
-    case(cid, "export", f"rwkv7 config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.fla, edit), *_out(e)], message)
-for cid, what, edit, message in (
+))  # fmt: skip
+_config_cases("mamba2", "m2", (
     ("mamba2-expand-mismatch", "expand that does not fit the heads (said in its own terms)", _set("expand", 4),
      "hidden_size x expand (64 x 4 = 256) must equal num_heads x head_dim (4 x 32 = 128)"),
     ("mamba2-expand-huge", "expand 10^30", _set("expand", 1e30), "must equal num_heads x head_dim"),
@@ -472,9 +479,8 @@ for cid, what, edit, message in (
     ("mamba2-norm-before-gate", "norm_before_gate (transformers and mamba_ssm disagree)", _set("norm_before_gate", True),
      "norm_before_gate=true is not supported"),
     ("mamba2-act", "another activation", _set("hidden_act", "relu"), "hidden_act='relu' is not supported"),
-):  # fmt: skip
-    case(cid, "export", f"mamba2 config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.m2, edit), *_out(e)], message)
-for cid, what, edit, message in (
+))  # fmt: skip
+_config_cases("gdn", "gdn", (
     ("gdn-expand-v-huge", "expand_v 10^30", _set("expand_v", 1e30), "head_dim*expand_v=1.6e+31 is not a whole number"),
     ("gdn-expand-v-nan", "expand_v NaN", _set("expand_v", float("nan")), "invalid JSON (NaN is not a JSON number)"),
     ("gdn-expand-v-fraction", "an expand_v that makes a fractional head", _set("expand_v", 1.03), "gives a fractional value head size"),
@@ -484,10 +490,9 @@ for cid, what, edit, message in (
     ("gdn-gate-string", "use_gate written as a string", _set("use_gate", "no"), "use_gate='no' is not true or false"),
     ("gdn-no-short-conv", "use_short_conv false", _set("use_short_conv", False), "use_short_conv=false is not supported"),
     ("gdn-ratio-huge", "hidden_ratio 10^30", lambda d: (d.__setitem__("hidden_ratio", 1e30)), "hidden_size*hidden_ratio="),
-):  # fmt: skip
-    case(cid, "export", f"gdn config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.gdn, edit), *_out(e)], message)
+))  # fmt: skip
 
-for cid, what, edit, message in (
+_config_cases("lfm2_moe", "moe", (
     ("moe-topk-over-experts", "num_experts_per_tok above num_experts", _set("num_experts_per_tok", 9),
      "num_experts_per_tok 9 is not in [1, num_experts=8]"),
     ("moe-topk-0", "num_experts_per_tok 0", _set("num_experts_per_tok", 0), "num_experts_per_tok=0 is outside [1, 4096]"),
@@ -497,9 +502,8 @@ for cid, what, edit, message in (
     ("moe-scaling-negative", "a negative routed_scaling_factor", _set("routed_scaling_factor", -1.0), "routed_scaling_factor"),
     ("moe-expert-bias-string", "use_expert_bias written as a string", _set("use_expert_bias", "no"),
      "use_expert_bias='no' is not true or false"),
-):  # fmt: skip
-    case(cid, "export", f"lfm2_moe config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.moe, edit), *_out(e)], message)
-for cid, what, edit, message in (
+))  # fmt: skip
+_config_cases("nemotron_h MoE", "nemotron_moe", (
     ("nemotron-moe-topk-over-experts", "num_experts_per_tok above n_routed_experts", _set("num_experts_per_tok", 13),
      "num_experts_per_tok 13 is not in [1, num_experts=12]"),
     ("nemotron-moe-groups-uneven", "n_group not dividing the experts", _set("n_group", 5), "n_group 5 does not split 12 experts"),
@@ -513,8 +517,7 @@ for cid, what, edit, message in (
     ("nemotron-moe-scaling-0", "routed_scaling_factor 0", _set("routed_scaling_factor", 0), "routed_scaling_factor=0.0 is not a positive number"),
     ("nemotron-moe-experts-huge", "n_routed_experts 10^9", _set("n_routed_experts", 10**9), "n_routed_experts=1000000000 is outside"),
     ("nemotron-moe-shared-2", "two shared experts", _set("n_shared_experts", 2), "n_shared_experts=2"),
-):  # fmt: skip
-    case(cid, "export", f"nemotron_h MoE config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.nemotron_moe, edit), *_out(e)], message)
+))  # fmt: skip
 
 
 def _lfm3_rope(full: dict | str, sliding: dict | None = None, **more) -> Callable[[dict], None]:
@@ -525,7 +528,7 @@ def _lfm3_rope(full: dict | str, sliding: dict | None = None, **more) -> Callabl
 
 
 _LAYERS6 = ["conv", "sliding_attention", "full_attention", "conv", "sliding_attention", "conv"]
-for cid, what, edit, message in (
+_config_cases("lfm3", "lfm3", (
     ("lfm3-window-0", "sliding_window 0", _set("sliding_window", 0), "sliding_window=0 is outside"),
     ("lfm3-window-negative", "a negative sliding_window", _set("sliding_window", -4), "sliding_window=-4 is outside"),
     ("lfm3-window-float", "a fractional sliding_window", _set("sliding_window", 8.5), "sliding_window=8.5 is not a whole number"),
@@ -566,8 +569,7 @@ for cid, what, edit, message in (
     ("lfm3-conv-other", "a conv_L_cache the weights do not have", _set("conv_L_cache", 5), "conv.conv.weight [48, 1, 3]"),
     ("lfm3-gate-string", "use_attention_gate written as a string", _set("use_attention_gate", "yes"), "use_attention_gate='yes' is not true or false"),
     ("lfm3-head-dim-odd", "an odd head_dim", _set("head_dim", 15), "head_dim 15 is odd"),
-):  # fmt: skip
-    case(cid, "export", f"lfm3 config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.lfm3, edit), *_out(e)], message)
+))  # fmt: skip
 
 
 
@@ -588,7 +590,7 @@ for cid, what, template, message in (
     case(f"export-chat-template-{cid}", "export", f"a checkpoint whose chat template cannot render: {what} (exported before; only `chat` refused it)",
          lambda e, template=template: ["export", _with_template(e, template), *_out(e)], message)  # fmt: skip
 
-for cid, what, edit, message in (
+_config_cases("recurrent_gemma", "rgemma", (
     ("rgemma-window-0", "attention_window_size 0", _set("attention_window_size", 0), "attention_window_size=0 is outside"),
     ("rgemma-window-negative", "a negative attention_window_size", _set("attention_window_size", -1), "attention_window_size=-1 is outside"),
     ("rgemma-window-float", "a fractional attention_window_size", _set("attention_window_size", 8.5), "attention_window_size=8.5 is not a whole number"),
@@ -617,8 +619,7 @@ for cid, what, edit, message in (
     ("rgemma-rope-type", "a rescaled RoPE", _set("rope_parameters", {"rope_type": "linear", "factor": 2.0}), "rope_type 'linear'"),
     ("rgemma-act", "another activation", _set("hidden_activation", "relu"), "hidden_activation 'relu'"),
     ("rgemma-kv-heads-uneven", "heads not a multiple of the kv heads", _set("num_key_value_heads", 3), "not a multiple of num_key_value_heads=3"),
-):  # fmt: skip
-    case(cid, "export", f"recurrent_gemma config.json: {what}", lambda e, edit=edit: ["export", e.folder(e.rgemma, edit), *_out(e)], message)
+))  # fmt: skip
 
 
 def _rwkv6_edit(e: Env, edit: Callable[[dict], None]) -> Path:
