@@ -260,6 +260,10 @@ class Architecture(ABC):
             return CausalLM(decode.embed, decode.layers, decode.head, decode.specs, chunk=chunk)
         return None
 
+    # The skipped-tensor group (`provenance["skipped_tensors"]` key, "prefix*") that build_draft's
+    # head is made of: a bundle carrying the head no longer lists it as skipped.
+    draft_tensors = None
+
     def build_draft(self, config: ArchConfig, weights: TensorSource, builder: WeightBuilder, decode: nn.Module,
                     rows: int, state_dtype: torch.dtype) -> nn.Module | None:  # fmt: skip
         """The checkpoint's own draft head as a function of `rows` rows over `decode`'s weights

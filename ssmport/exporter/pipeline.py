@@ -177,13 +177,14 @@ def _build_bundle(
     if auto is not None:
         plan_record["auto"] = auto.record
         _check_auto_fit(auto, plan_record["summary"]["total"], dir_bytes(out / ASSET))
+    provenance = _provenance(model, converted.draft is not None)
     manifest = Manifest(
         ssmport_version=__version__,
         bundle_id="",  # the content's hash, below
         name=name,
         architecture=arch.name,
         config=cfg.to_json(),
-        source=_provenance(model, converted.draft is not None),
+        source=provenance,
         synthetic_weights=model.synthetic,
         recipe=RecipeEntry(recipe.name, recipe.description, dtype_name(state_dtype)),
         main=_function_entry(signature),
@@ -194,7 +195,7 @@ def _build_bundle(
         plan=plan_record,
         asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
-        notes=_notes(model, converted.draft is not None),
+        notes=_notes(model, provenance),
         layout=layout.name,
     )
     manifest.bundle_id = content_id(manifest.to_json())
@@ -223,9 +224,7 @@ def _provenance(model: LoadedModel, draft: bool = False) -> dict:
     provenance = dict(model.provenance) | ({"plugin": plugin} if plugin else {})
     skipped = provenance.get("skipped_tensors")
     if draft and skipped:
-        from ssmport.models.qwen3_5.mtp_checkpoint import MTP_PREFIX
-
-        skipped = {group: v for group, v in skipped.items() if group != MTP_PREFIX + "*"}
+        skipped = {group: v for group, v in skipped.items() if group != model.architecture.draft_tensors}
         provenance["skipped_tensors"] = skipped
         if not skipped:
             del provenance["skipped_tensors"]
@@ -245,14 +244,14 @@ def _rows_entry(converted: Converted, sig: GraphSignature | None, chunk: int | N
     return PrefillEntry(entry.function, entry.inputs, entry.outputs, chunk, converted.layout.padding)
 
 
-def _notes(model: LoadedModel, draft: bool) -> list[str]:
-    """The model's notes; with the draft head exported, its line of skipped groups without it."""
-    if not draft:
+def _notes(model: LoadedModel, provenance: dict) -> list[str]:
+    """The model's notes, their line of skipped groups as the bundle's `provenance` has them
+    (without the draft head's group when the head is exported)."""
+    before, after = model.provenance.get("skipped_tensors"), provenance.get("skipped_tensors")
+    if before == after:
         return list(model.notes)
     from ssmport.loader.resolve import skipped_note
 
-    before = model.provenance.get("skipped_tensors")
-    after = _provenance(model, draft).get("skipped_tensors")
     old = skipped_note(before) if before else None
     notes = [n for n in model.notes if n != old]
     return notes + [skipped_note(after)] if after else notes

@@ -15,6 +15,7 @@ from ssmport.models.hybrid import HybridArchitecture, delta_rule_hybrid_specs
 from ssmport.models.package import package_parts
 from ssmport.models.qwen3_5 import block, checkpoints, quant, synthetic
 from ssmport.models.qwen3_5.config import PRESETS, Qwen35Config
+from ssmport.models.qwen3_5.mtp_checkpoint import MTP_PREFIX
 from ssmport.models.qwen3_5.reference import Qwen35Reference
 from ssmport.state import StateSpec
 
@@ -44,6 +45,8 @@ class Qwen35Architecture(HybridArchitecture):  # the hybrids' context and apple 
 
     def state_specs(self, config: Qwen35Config, state_dtype: torch.dtype) -> list[StateSpec]:
         return delta_rule_hybrid_specs(config, state_dtype)
+
+    draft_tensors = MTP_PREFIX + "*"  # the head's group, skipped unless exported
 
     def build_draft(self, config, weights, builder, decode, rows, state_dtype):
         from ssmport.models.qwen3_5.mtp import build_draft
