@@ -232,7 +232,7 @@ def open_drafter(spec: str, target):
     from ssmport.runtime.runner import Runner
 
     if not Path(spec).exists():
-        raise SsmportError(f"--draft {spec}: not 'lookup' and no such bundle")
+        raise SsmportError(f"--draft {spec}: not 'lookup', not 'mtp' and no such bundle")
     draft = Bundle.open(spec)
     check_same_tokenizer(target_bundle.manifest, draft.manifest, spec)
     return BundleDrafter(runner := Runner(draft)), runner

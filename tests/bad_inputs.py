@@ -1000,7 +1000,7 @@ case("generate-missing-bundle", "generate", "a bundle that does not exist", lamb
 case("generate-max-tokens-text", "generate", "-n that is not a number", lambda e: ["generate", e.tok, "--tokens", "1", "-n", "lots"], "invalid int value")
 _GEN = lambda e, *extra: ["generate", e.spec, "--tokens", "1,2", *extra]  # noqa: E731
 case("generate-draft-unknown", "generate", "an unknown --draft (neither a drafter nor a bundle)",
-     lambda e: _GEN(e, "--draft", e.path("lokup")), "not 'lookup' and no such bundle")  # fmt: skip
+     lambda e: _GEN(e, "--draft", e.path("lokup")), "not 'lookup', not 'mtp' and no such bundle")  # fmt: skip
 case("generate-draft-mtp", "generate", "--draft mtp for a bundle without a draft head (no mtp.* exported)",
      lambda e: _GEN(e, "--draft", "mtp"), "has no draft head")  # fmt: skip
 case("generate-draft-not-a-bundle", "generate", "--draft a folder that is not a bundle",
@@ -1093,7 +1093,7 @@ case("chat-stdin-non-utf8-utf8-mode", "chat", "typed input with bytes that are n
      lambda e: ["chat", e.tok], "standard input: not valid UTF-8 text (invalid start byte at byte 3", stdin=b"hi \xff there\n",
      env=lambda e: {"PYTHONUTF8": "1"}, process=True)  # fmt: skip
 case("chat-draft-unknown", "chat", "an unknown --draft", lambda e: ["chat", e.spec, "--script", _SCRIPT(e), "--draft", e.path("lokup")],
-     "not 'lookup' and no such bundle")  # fmt: skip
+     "not 'lookup', not 'mtp' and no such bundle")  # fmt: skip
 case("chat-draft-target-without-verify", "chat", "--draft for a bundle exported without --verify",
      lambda e: ["chat", e.tok, "--script", _SCRIPT(e), "--draft", "lookup"], "has no verify function")  # fmt: skip
 case("chat-draft-tokens-0", "chat", "--draft-tokens 0", lambda e: ["chat", e.spec, "--script", _SCRIPT(e), "--draft", "lookup", "--draft-tokens", "0"],

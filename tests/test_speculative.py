@@ -134,6 +134,33 @@ def test_bundle_drafter_is_lossless_and_the_draft_is_rewound(spec_bundles):
         assert len(draft.tokens) < len(PROMPT) + NEW  # drafts beyond the accepted context were rewound
 
 
+def ids_until_full(tokens) -> list[int]:
+    """The ids a generator yields before it reports the context full."""
+    got = []
+    with pytest.raises(SsmportError, match="the context is full"):
+        for t in tokens:
+            got.append(t)
+    return got
+
+
+@pytest.mark.parametrize("kind", ["qwen3.5", "qwen3.5-apple"])
+def test_drafts_stop_at_the_context_where_plain_decoding_does(spec_bundles, kind):
+    """Asked for more than the context holds, always-right drafts yield plain decoding's ids up
+    to the same point: no verify call asks for rows past the context before plain decoding
+    would have stopped."""
+    from ssmport.runtime import Runner
+
+    with Runner(spec_bundles[kind]) as r:
+        asked = r.context  # more than the context leaves after the prompt
+        plain = ids_until_full(r.generate(PROMPT, asked))
+        assert len(plain) == r.context - len(PROMPT) + 1  # the last id is yielded, then not fed
+        r.reset()
+        truth = PROMPT + plain + [0] * asked
+        decoder = SpeculativeDecoder(r, ScriptedDrafter(truth, r.vocab_size))
+        assert ids_until_full(decoder.generate(PROMPT, asked)) == plain
+        assert decoder.stats.accepted > 0
+
+
 # -- sampling: a small Markov target -------------------------------------------------------------
 VOCAB, DEPTH, SAMPLES = 4, 3, 12000
 CHI2_FALSE_ALARM = 1e-4  # the chance this test fails on a correct scheme
@@ -145,10 +172,11 @@ def _table(seed: int) -> np.ndarray:
 
 
 class MarkovRunner:
-    """The Runner interface the decoder drives (tokens, step, verify, feed, mark, rewind),
-    over an order-2 Markov chain: exact target probabilities are known."""
+    """The Runner interface the decoder drives (tokens, context, step, verify, feed, mark,
+    rewind), over an order-2 Markov chain: exact target probabilities are known."""
 
     verify_rows = K
+    context = None  # no kv states: any length
 
     def __init__(self, table):
         self.table, self.tokens = table, []

@@ -133,13 +133,21 @@ class SpeculativeDecoder:
         self._pending = [first]
         while len(self._emitted) < max_tokens:
             left = max_tokens - len(self._emitted)
-            room = min(self.k - len(self._pending), left - 1)
+            room = min(self.k - len(self._pending), left - 1, self._positions_left())
             context = r.tokens + self._pending
             draft = self.drafter.propose(context, room, temperature, top_p, rng) if room > 0 else NO_DRAFT
             new, done = self._round(draft, temperature, top_p, rng, left, stop)
             yield from new
             if done:
                 return
+
+    def _positions_left(self) -> int:
+        """Draft rows the context still holds beside the pending ones (a bundle without kv
+        states: no bound), so a draft never costs a call that plain decoding would not make."""
+        r = self.runner
+        if r.context is None:
+            return self.k
+        return r.context - len(r.tokens) - len(self._pending)
 
     def _round(self, draft: Draft, temperature, top_p, rng, left: int, stop) -> tuple[list[int], bool]:
         """One target call over pending + drafts; the ids it emits and whether decoding ends."""
