@@ -236,6 +236,7 @@ class GateSummary:
     worst_step: dict | None
     thresholds: dict
     transcript: str = "gate.json"
+    noise_floor: dict | None = None  # fp32 gates: the three distances to fp64 (ssmport.gate.report)
 
 
 @dataclass

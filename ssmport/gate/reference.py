@@ -4,12 +4,15 @@
 teacher-forced streams; `ReplayedReference` plays them back through the interface the gate
 drives. So the gate never holds the fp32 model and the Core AI program at once, and a model
 whose fp32 weights would not fit is computed layer by layer (`LayerStreamedReference`).
+With `exact` the same module runs in float64 (`ssmport.gate.fp64`) from the same weights:
+what an fp32 bundle's gate measures the fp32 reference's own rounding against (its noise floor).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -21,12 +24,13 @@ from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
+from ssmport.gate.fp64 import float64_math, to_float64
 from ssmport.gate.torch_runner import TorchRunner
 
 # Above this many fp32 weight bytes the reference is streamed a few layers at a time
 # (LayerStreamedReference) instead of built whole: a 1.5B model's fp32 module is 6.1 GB.
 STREAM_REFERENCE_ABOVE = 1 << 30
-# How many fp32 weight bytes one streamed group of layers may materialise.
+# How many weight bytes one streamed group of layers may materialise (fp32, or fp64 when exact).
 STREAM_GROUP_BYTES = 1 << 30
 
 
@@ -34,26 +38,37 @@ def fp32_weight_bytes(model: LoadedModel) -> int:
     return 4 * sum(math.prod(model.weights.shape(n)) for n in model.weights)
 
 
+def _math(exact: bool):
+    return float64_math() if exact else nullcontext()
+
+
 def reference_logits(
     model: LoadedModel,
     streams: list[list[int]],
     stream_layers: bool | None = None,
     on_token=None,
+    exact: bool = False,
 ) -> list[np.ndarray]:
     """The fp32 export-form module's logits after every token of each stream, teacher-forced
-    from zero state: one float32 [len(stream), V] array per stream. `stream_layers` None:
-    streamed when the fp32 weights exceed STREAM_REFERENCE_ABOVE (and the architecture
-    builds from blocks), else the whole TorchRunner."""
+    from zero state: one float32 [len(stream), V] array per stream (`exact`: the same module
+    in float64, float64 arrays). `stream_layers` None: streamed when its weights (fp32, or
+    fp64 when exact) exceed STREAM_REFERENCE_ABOVE (and the architecture builds from blocks),
+    else the whole TorchRunner. So either form holds at most that many weight bytes at once,
+    plus one tensor while an exact module's weights are cast up."""
     if stream_layers is None:
-        stream_layers = fp32_weight_bytes(model) > STREAM_REFERENCE_ABOVE and LayerStreamedReference.supports(model)
+        weight_bytes = fp32_weight_bytes(model) * (2 if exact else 1)
+        stream_layers = weight_bytes > STREAM_REFERENCE_ABOVE and LayerStreamedReference.supports(model)
     if stream_layers:
-        return LayerStreamedReference(model).logits(streams, on_token)
+        return LayerStreamedReference(model, exact=exact).logits(streams, on_token)
     runner = TorchRunner(model, "fp32")
+    if exact:
+        to_float64(runner.module)
     try:
         out = []
         for tokens in streams:
             runner.reset()
-            out.append(runner.step_each(tokens))
+            with _math(exact):
+                out.append(runner.step_each(tokens))
             if on_token:
                 on_token(len(tokens))
         return out
@@ -105,8 +120,8 @@ class LayerStreamedReference:
     by a build over meta tensors alone, noting which builder call each read precedes.
     """
 
-    def __init__(self, model: LoadedModel, group_bytes: int = STREAM_GROUP_BYTES):
-        self.model, self.group_bytes = model, group_bytes
+    def __init__(self, model: LoadedModel, group_bytes: int = STREAM_GROUP_BYTES, exact: bool = False):
+        self.model, self.group_bytes, self.exact = model, group_bytes, exact
         self.parts = self._attribute()
 
     @staticmethod
@@ -135,12 +150,13 @@ class LayerStreamedReference:
         return names
 
     def _groups(self) -> list[list[int]]:
-        """Consecutive parts whose fp32 bytes fit the budget together (at least one each)."""
+        """Consecutive parts whose bytes (fp32, fp64 when exact) fit the budget together (at
+        least one each)."""
         shape = self.model.weights.shape
         groups: list[list[int]] = []
         used = 0
         for i, names in enumerate(self.parts):
-            size = 4 * sum(math.prod(shape(n)) for n in names)
+            size = (8 if self.exact else 4) * sum(math.prod(shape(n)) for n in names)
             joins = groups and groups[-1][0] != 0 and i != len(self.parts) - 1  # blocks only, not the ends
             if joins and used + size <= self.group_bytes:
                 groups[-1].append(i)
@@ -156,6 +172,8 @@ class LayerStreamedReference:
         parts = self._build(_MetaWindow(self.model.weights, real, None, None), builder)
         chosen = [parts[i].eval() for i in indices]
         del parts
+        if self.exact:  # built in fp32 (the same weights), cast up a tensor at a time
+            chosen = [to_float64(part) for part in chosen]
         for i, part in zip(indices, chosen):
             if any(t.is_meta for t in _tensors(part)):
                 raise SsmportError(f"{self.model.architecture.name}: part {i} of the model needs tensors its "
@@ -163,7 +181,7 @@ class LayerStreamedReference:
         return chosen
 
     def logits(self, streams: list[list[int]], on_token=None) -> list[np.ndarray]:
-        """One float32 [len(stream), V] array per stream (see `reference_logits`)."""
+        """One float32 (exact: float64) [len(stream), V] array per stream (see `reference_logits`)."""
         from ssmport.graph import CausalLM, Step
 
         specs = self.model.architecture.state_specs(self.model.config, torch.float32)
@@ -173,7 +191,7 @@ class LayerStreamedReference:
         out: list[np.ndarray] = []
         for g, indices in enumerate(groups):
             parts = self._materialise(indices)
-            with torch.no_grad():
+            with torch.no_grad(), _math(self.exact):
                 if g == 0:  # the embedding
                     xs = [[parts[0](torch.tensor([t], dtype=torch.int32)) for t in s] for s in streams]
                 elif g == len(groups) - 1:  # the final norm and LM head
