@@ -13,7 +13,7 @@ from torch.overrides import TorchFunctionMode
 
 from ssmport.architectures import architectures
 from ssmport.gate.fp64 import float64_math, to_float64
-from ssmport.gate.reference import LayerStreamedReference, reference_logits
+from ssmport.gate.reference import FP64, LayerStreamedReference, reference_logits
 from ssmport.gate.report import run_gate
 from ssmport.gate.torch_runner import TorchRunner
 from ssmport.loader.checkpoint import DictSource
@@ -67,7 +67,7 @@ def test_fp64_module_is_closer_to_the_fp64_loop(preset):
         state = ref.zero_state()
         loop = torch.stack([ref.step(t, state).reshape(-1) for t in TOKENS]).numpy()
     assert loop.dtype == np.float64
-    exact = reference_logits(model, [TOKENS], stream_layers=False, exact=True)[0]
+    exact = reference_logits(model, [TOKENS], stream_layers=False, form=FP64)[0]
     fp32 = reference_logits(model, [TOKENS], stream_layers=False)[0]
     assert np.abs(exact - loop).max() < 0.5 * np.abs(fp32 - loop).max()
 
@@ -75,15 +75,15 @@ def test_fp64_module_is_closer_to_the_fp64_loop(preset):
 def test_fp64_streamed_equals_whole_and_budgets_fp64_bytes():
     model = load_model("rwkv7-tiny", synthetic=True)
     streams = [[1, 5, 7, 9], [2, 4]]
-    whole = reference_logits(model, streams, stream_layers=False, exact=True)
-    streamed = LayerStreamedReference(model, 1, exact=True).logits(streams)
+    whole = reference_logits(model, streams, stream_layers=False, form=FP64)
+    streamed = LayerStreamedReference(model, 1, form=FP64).logits(streams)
     for a, b in zip(whole, streamed):
         assert a.dtype == b.dtype == np.float64 and np.array_equal(a, b)
     # A budget holding both fp32 layers holds one fp64 layer: the exact form's groups count 8 bytes a weight.
     parts = LayerStreamedReference(model).parts
     both = 4 * sum(int(np.prod(model.weights.shape(n))) for n in parts[1] | parts[2])
     assert LayerStreamedReference(model, both)._groups() == [[0], [1, 2], [3]]
-    assert LayerStreamedReference(model, both, exact=True)._groups() == [[0], [1], [2], [3]]
+    assert LayerStreamedReference(model, both, form=FP64)._groups() == [[0], [1], [2], [3]]
 
 
 FLOOR_GATE = GateThresholds(max_rel_logit_delta=1e-4, tie_rel_margin=1e-4, floor_factor=2.0)

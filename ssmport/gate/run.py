@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import time
 
+import torch
+
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import GATE, Bundle, write_json_atomic
-from ssmport.gate.reference import ReplayedReference, reference_logits
+from ssmport.gate.reference import FP64, ReplayedReference, recipe_with_fp32_sums, reference_logits
 from ssmport.manifest import GateSummary
 from ssmport.memory import section
 from ssmport.gate.report import GateReport, default_prompts, run_gate
@@ -49,6 +51,10 @@ def gate_bundle(
     `profiler`: a `coreai.runtime.Profiler` the bundle is loaded with (the export counts the
     ops of the gate's own calls rather than load and call the bundle once more).
 
+    A 16-bit recipe's report also shows the recipe's own error apart from this runtime's: its
+    torch module over the same stored weights with fp32 sums, vs the fp32 reference
+    (`GateReport.set_recipe_split`; not for `auto`, whose per-tensor plan is not rebuilt here).
+
     A recipe whose thresholds have a `floor_factor` (fp32) gets the same reference in float64
     too, computed the same way before the bundle loads (its weights twice the fp32 ones', so
     streamed above half the size), and is judged against it (ssmport.gate.report)."""
@@ -67,14 +73,22 @@ def gate_bundle(
     # The references first, then the candidate: they never hold memory at once.
     with stages.stage("fp32 reference", total=total):
         start = time.perf_counter()
-        reference = ReplayedReference(token_streams, reference_logits(model, token_streams, on_token=stages.advance))
+        fp32_logits = reference_logits(model, token_streams, on_token=stages.advance)
+        reference = ReplayedReference(token_streams, fp32_logits)
         seconds["fp32_reference_s"] = time.perf_counter() - start
+    recipe_only = None
+    if recipe.float_dtype == torch.float16 and "auto" not in m.plan:
+        with stages.stage("the recipe in torch (same stored weights, fp32 sums)", total=total):
+            start = time.perf_counter()
+            recipe_only = reference_logits(model, token_streams, on_token=stages.advance,
+                                           form=recipe_with_fp32_sums(recipe.name))  # fmt: skip
+            seconds["recipe_fp32_sums_s"] = time.perf_counter() - start
     exact = None
     if thresholds.floor_factor:
         with stages.stage("fp64 reference (the fp32 reference's noise floor)", total=total):
             start = time.perf_counter()
             exact = ReplayedReference(token_streams, reference_logits(model, token_streams, on_token=stages.advance,
-                                                                      exact=True))  # fmt: skip
+                                                                      form=FP64))  # fmt: skip
             seconds["fp64_reference_s"] = time.perf_counter() - start
     with stages.stage("Loading on Core AI runtime"):
         with section("lowering"):
@@ -93,6 +107,9 @@ def gate_bundle(
         if exact is not None:
             exact.close()
     report.reference_seconds = seconds
+    if recipe_only is not None:
+        report.set_recipe_split(fp32_logits, recipe_only)
+        report.recipe_split["seconds"] = seconds["recipe_fp32_sums_s"]
     if record:
         write_json_atomic(bundle.path / GATE, report.to_json())
         bundle.manifest.gate = GateSummary(**report.summary(), transcript=GATE)
