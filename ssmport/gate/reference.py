@@ -129,7 +129,7 @@ class ReplayedReference:
 
 
 class LayerStreamedReference:
-    """The fp32 export-form model computed layer-major, a few layers' weights at a time.
+    """The fp32 export-form model (or another `Form` of it) computed layer-major, a few layers' weights at a time.
 
     Teacher forcing fixes every token in advance, and each layer is causal, so running a group
     of layers over all tokens of all streams before the next group gives the very numbers the
