@@ -28,52 +28,16 @@ import time
 
 import numpy as np
 import torch
-from torch import nn
 
 from ssmport.exporter.pipeline import export
 from ssmport.loader.pretrained import BUNDLED
-from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
+from ssmport.gate.accumulation import Fp32Accumulating, accumulate_in_fp32
 from ssmport.runtime import Runner
 from ssmport.loader.resolve import load_model
 from ssmport.tokenizers import load_tokenizer
 from ssmport.gate.torch_runner import TorchRunner
 
-OPERAND_DTYPE = torch.float16  # the matmul inputs of the 16-bit recipes
 CONFIDENT_MARGIN = 0.5
-
-
-class Fp32Accumulating(nn.Module):
-    """x @ W with W the values a 16-bit matmul layer stores, inputs rounded to fp16, sums fp32."""
-
-    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype):
-        super().__init__()
-        self.weight = weight_in_out.float()
-        self.out_dtype = out_dtype
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return (x.to(OPERAND_DTYPE).float() @ self.weight).to(self.out_dtype)
-
-
-def stored_weight(layer: nn.Module) -> torch.Tensor | None:
-    """The logical [in, out] weight a 16-bit matmul layer holds (None: an fp32 layer)."""
-    if isinstance(layer, BlockwiseMatmul):
-        return layer.dequant()  # integer blocks * fp16 scales, as the asset dequantizes them
-    if isinstance(layer, FloatMatmul) and layer.weight.dtype == OPERAND_DTYPE:
-        w = layer.weight
-        return w.permute(1, 0, 2).reshape(w.shape[1], layer.n_out) if layer.blocks > 1 else w
-    return None
-
-
-def accumulate_in_fp32(module: nn.Module) -> int:
-    """Swap every 16-bit matmul of the decode module for its fp32-accumulating twin."""
-    swapped = 0
-    for parent in list(module.modules()):
-        for name, child in list(parent.named_children()):
-            w = stored_weight(child)
-            if w is not None:
-                setattr(parent, name, Fp32Accumulating(w.detach(), child.out_dtype))
-                swapped += 1
-    return swapped
 
 
 def held_out_tokens(model, steps: int) -> list[int]:
@@ -125,7 +89,8 @@ def main() -> None:
           f"max |logit| {results['logit_scale']:.2f}")  # fmt: skip
     for recipe in args.recipes:
         twin = TorchRunner(model, recipe)
-        swapped = accumulate_in_fp32(twin.module)
+        accumulate_in_fp32(twin.module)
+        swapped = sum(isinstance(m, Fp32Accumulating) for m in twin.module.modules())
         started = time.perf_counter()
         torch32 = compare(twin.step_each(tokens), ref)
         with tempfile.TemporaryDirectory() as out:

@@ -236,6 +236,8 @@ class GateSummary:
     worst_step: dict | None
     thresholds: dict
     transcript: str = "gate.json"
+    noise_floor: dict | None = None  # fp32 gates: the three distances to fp64 (ssmport.gate.report)
+    recipe_split: dict | None = None  # 16-bit gates: the recipe's own error in torch with fp32 sums
 
 
 @dataclass

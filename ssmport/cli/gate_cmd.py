@@ -75,12 +75,15 @@ def run(args) -> int:
     else:
         print(report.headline())
         w = report.worst
+        judge = "fp64 " if report.has_floor else ""
         if w is not None:
-            print(f"worst step: stream {w.prompt} step {w.step} (token {w.token}), |Δ| {w.max_abs_delta:.3g}")
+            print(f"worst step: stream {w.prompt} step {w.step} (token {w.token}), |Δ| vs {judge or 'the '}reference "
+                  f"{report.judged_delta(w):.3g}")  # fmt: skip
         for s in report.steps:
             if s.status != "agree":
-                print(f"  {s.status}: stream {s.prompt} step {s.step} ref top-1 {s.ref_top1} "
-                      f"(margin {s.ref_margin:.3g}) vs {s.got_top1}")  # fmt: skip
+                top, margin = (s.exact_top1, s.exact_margin) if report.has_floor else (s.ref_top1, s.ref_margin)
+                print(f"  {s.status}: stream {s.prompt} step {s.step} {judge}ref top-1 {top} "
+                      f"(margin {margin:.3g}) vs {s.got_top1}")  # fmt: skip
         print(f"transcript: {bundle.path / 'gate.json'}")
     return 0 if report.passed else 1
 
@@ -100,6 +103,6 @@ def _compare(bundle, streams, args) -> int:
         s = r.summary()
         print(f"{name:14} {human_bytes(nbytes):>10} {s['top1_agree']:>4}/{r.n:<4} {s['top1_excused_ties']:>5} "
               f"{s['top1_mismatch']:>5} {s['max_abs_logit_delta']:>9.3g} {s['max_rel_logit_delta']:>9.2e} "
-              f"{r.thresholds['max_rel_logit_delta']:>7.2g}  {'PASS' if r.passed else 'FAIL'}")  # fmt: skip
+              f"{r.limit:>7.2g}  {'PASS' if r.passed else 'FAIL'}")  # fmt: skip
     own = next(r for name, _, r in rows if name == bundle.manifest.recipe.name)
     return 0 if own.passed else 1

@@ -95,6 +95,10 @@ def run(args) -> int:
         ties = f" (+{g.top1_excused_ties} near-tie)" if g.top1_excused_ties else ""
         print(f"gate: {verdict} top-1 {g.top1_agree}/{g.steps}{ties}, max |Δlogits| "
               f"{g.max_abs_logit_delta:.3g} (rel {g.max_rel_logit_delta:.2e}) over {g.prompts} stream(s)")  # fmt: skip
+        if g.noise_floor:
+            f = g.noise_floor
+            print(f"      judged vs fp64: rel {f['bundle_vs_fp64_rel']:.2e}; the fp32 reference's own floor "
+                  f"{f['reference_vs_fp64_rel']:.2e}; limit {f['limit_rel']:.2g}")  # fmt: skip
     else:
         print("gate: not run (ssmport gate BUNDLE)")
     _print_ops(bundle, args.count_ops)

@@ -15,8 +15,11 @@ def run(args) -> int:
 
         for r in RECIPES.values():
             print(f"{r.name:14} {r.description}")
-            print(f"{'':14} gate: max |Δlogits| <= {r.gate.max_rel_logit_delta:g} x logit scale; "
-                  f"flips excused where the reference top-2 margin < {r.gate.tie_rel_margin:g} x scale"
+            floor = r.gate.floor_factor
+            print(f"{'':14} gate: max |Δlogits| <= {r.gate.max_rel_logit_delta:g} x logit scale"
+                  + (f" (or {floor:g} x the fp32 reference's own distance from fp64, if larger; judged vs fp64)"
+                     if floor else "")
+                  + f"; flips excused where the reference top-2 margin < {r.gate.tie_rel_margin:g} x scale"
                   + (f"; top-1 on >= {r.gate.min_top1:.0%} of steps" if r.gate.min_top1 < 1 else ""))  # fmt: skip
         return 0
     from ssmport.architectures import architectures

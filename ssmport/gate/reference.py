@@ -4,12 +4,19 @@
 teacher-forced streams; `ReplayedReference` plays them back through the interface the gate
 drives. So the gate never holds the fp32 model and the Core AI program at once, and a model
 whose fp32 weights would not fit is computed layer by layer (`LayerStreamedReference`).
+The same machinery computes two other forms of the module (`Form`): the fp32 module in
+float64 (`FP64`, ssmport.gate.fp64: what an fp32 gate measures the fp32 reference's own
+rounding against, its noise floor), and a 16-bit recipe's module with fp32 sums
+(`recipe_with_fp32_sums`, ssmport.gate.accumulation: the recipe's own error, apart from this
+runtime's fp16 sums).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 
 import numpy as np
 import torch
@@ -20,13 +27,16 @@ from ssmport.architectures.base import Architecture
 from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
+from ssmport.ops.matmul import FloatExperts, FloatMatmul
 from ssmport.quant.plan import WeightBuilder
+from ssmport.gate.accumulation import accumulate_in_fp32
+from ssmport.gate.fp64 import float64_math, to_float64
 from ssmport.gate.torch_runner import TorchRunner
 
 # Above this many fp32 weight bytes the reference is streamed a few layers at a time
 # (LayerStreamedReference) instead of built whole: a 1.5B model's fp32 module is 6.1 GB.
 STREAM_REFERENCE_ABOVE = 1 << 30
-# How many fp32 weight bytes one streamed group of layers may materialise.
+# How many weight bytes one streamed group of layers may materialise (in the form's bytes per weight).
 STREAM_GROUP_BYTES = 1 << 30
 
 
@@ -34,26 +44,53 @@ def fp32_weight_bytes(model: LoadedModel) -> int:
     return 4 * sum(math.prod(model.weights.shape(n)) for n in model.weights)
 
 
+@dataclasses.dataclass(frozen=True)
+class Form:
+    """How a reference computes: its weights stored as `recipe` says, each built module passed
+    through `prepare`, run inside `math()`; `bytes_per_weight` is what the streaming budgets count."""
+
+    recipe: str = "fp32"
+    prepare: Callable[[nn.Module], nn.Module] = lambda module: module
+    math: Callable[[], AbstractContextManager] = nullcontext
+    bytes_per_weight: int = 4
+
+
+FP32 = Form()
+FP64 = Form(prepare=to_float64, math=float64_math, bytes_per_weight=8)  # built in fp32, cast up
+
+
+def recipe_with_fp32_sums(recipe: str) -> Form:
+    """`recipe`'s stored weights, every 16-bit matmul on fp16-rounded inputs summed in fp32 (the
+    fp32 twins hold the weights as fp32: 4 bytes each)."""
+    return Form(recipe, accumulate_in_fp32)
+
+
 def reference_logits(
     model: LoadedModel,
     streams: list[list[int]],
     stream_layers: bool | None = None,
     on_token=None,
+    form: Form = FP32,
 ) -> list[np.ndarray]:
-    """The fp32 export-form module's logits after every token of each stream, teacher-forced
-    from zero state: one float32 [len(stream), V] array per stream. `stream_layers` None:
-    streamed when the fp32 weights exceed STREAM_REFERENCE_ABOVE (and the architecture
-    builds from blocks), else the whole TorchRunner."""
+    """The fp32 export-form module's logits (or another `form`'s) after every token of each
+    stream, teacher-forced from zero state: one [len(stream), V] array per stream (float32;
+    float64 for FP64). `stream_layers` None: streamed when the form's weights exceed
+    STREAM_REFERENCE_ABOVE (and the architecture builds from blocks), else the whole
+    TorchRunner. So any form holds at most that many weight bytes at once, plus one tensor
+    while a module is prepared (cast up, or its matmuls swapped)."""
     if stream_layers is None:
-        stream_layers = fp32_weight_bytes(model) > STREAM_REFERENCE_ABOVE and LayerStreamedReference.supports(model)
+        weight_bytes = fp32_weight_bytes(model) // 4 * form.bytes_per_weight
+        stream_layers = weight_bytes > STREAM_REFERENCE_ABOVE and LayerStreamedReference.supports(model)
     if stream_layers:
-        return LayerStreamedReference(model).logits(streams, on_token)
-    runner = TorchRunner(model, "fp32")
+        return LayerStreamedReference(model, form=form).logits(streams, on_token)
+    runner = TorchRunner(model, form.recipe)
+    form.prepare(runner.module)
     try:
         out = []
         for tokens in streams:
             runner.reset()
-            out.append(runner.step_each(tokens))
+            with form.math():
+                out.append(runner.step_each(tokens))
             if on_token:
                 on_token(len(tokens))
         return out
@@ -92,7 +129,7 @@ class ReplayedReference:
 
 
 class LayerStreamedReference:
-    """The fp32 export-form model computed layer-major, a few layers' weights at a time.
+    """The fp32 export-form model (or another `Form` of it) computed layer-major, a few layers' weights at a time.
 
     Teacher forcing fixes every token in advance, and each layer is causal, so running a group
     of layers over all tokens of all streams before the next group gives the very numbers the
@@ -105,8 +142,8 @@ class LayerStreamedReference:
     by a build over meta tensors alone, noting which builder call each read precedes.
     """
 
-    def __init__(self, model: LoadedModel, group_bytes: int = STREAM_GROUP_BYTES):
-        self.model, self.group_bytes = model, group_bytes
+    def __init__(self, model: LoadedModel, group_bytes: int = STREAM_GROUP_BYTES, form: Form = FP32):
+        self.model, self.group_bytes, self.form = model, group_bytes, form
         self.parts = self._attribute()
 
     @staticmethod
@@ -135,12 +172,13 @@ class LayerStreamedReference:
         return names
 
     def _groups(self) -> list[list[int]]:
-        """Consecutive parts whose fp32 bytes fit the budget together (at least one each)."""
+        """Consecutive parts whose bytes (the form's per weight) fit the budget together (at
+        least one each)."""
         shape = self.model.weights.shape
         groups: list[list[int]] = []
         used = 0
         for i, names in enumerate(self.parts):
-            size = 4 * sum(math.prod(shape(n)) for n in names)
+            size = self.form.bytes_per_weight * sum(math.prod(shape(n)) for n in names)
             joins = groups and groups[-1][0] != 0 and i != len(self.parts) - 1  # blocks only, not the ends
             if joins and used + size <= self.group_bytes:
                 groups[-1].append(i)
@@ -152,9 +190,9 @@ class LayerStreamedReference:
 
     def _materialise(self, indices: list[int]) -> list[nn.Module]:
         real = frozenset().union(*(self.parts[i] for i in indices))
-        builder = WeightBuilder(get_recipe("fp32"), self.model.architecture.keeps_float)
+        builder = _WindowBuilder.for_architecture(get_recipe(self.form.recipe), self.model.architecture)
         parts = self._build(_MetaWindow(self.model.weights, real, None, None), builder)
-        chosen = [parts[i].eval() for i in indices]
+        chosen = [self.form.prepare(parts[i].eval()) for i in indices]
         del parts
         for i, part in zip(indices, chosen):
             if any(t.is_meta for t in _tensors(part)):
@@ -163,7 +201,7 @@ class LayerStreamedReference:
         return chosen
 
     def logits(self, streams: list[list[int]], on_token=None) -> list[np.ndarray]:
-        """One float32 [len(stream), V] array per stream (see `reference_logits`)."""
+        """One [len(stream), V] array per stream (see `reference_logits`)."""
         from ssmport.graph import CausalLM, Step
 
         specs = self.model.architecture.state_specs(self.model.config, torch.float32)
@@ -173,7 +211,7 @@ class LayerStreamedReference:
         out: list[np.ndarray] = []
         for g, indices in enumerate(groups):
             parts = self._materialise(indices)
-            with torch.no_grad():
+            with torch.no_grad(), self.form.math():
                 if g == 0:  # the embedding
                     xs = [[parts[0](torch.tensor([t], dtype=torch.int32)) for t in s] for s in streams]
                 elif g == len(groups) - 1:  # the final norm and LM head
@@ -229,6 +267,21 @@ class _CallTracingBuilder(WeightBuilder):
 
     def vector(self, *args, **kwargs):
         return self._traced(super().vector(*args, **kwargs))
+
+
+class _WindowBuilder(WeightBuilder):
+    """The form's builder for the parts being materialised; a matmul of a part outside them (its
+    weight a meta tensor) gets a shape-only float placeholder instead of being quantized."""
+
+    def matmul(self, name, weight_in_out, role, out_dtype=torch.float32):
+        if weight_in_out.is_meta:
+            return FloatMatmul(weight_in_out, out_dtype)
+        return super().matmul(name, weight_in_out, role, out_dtype)
+
+    def experts(self, name, stack_in_out, role, rows_read):
+        if stack_in_out.is_meta:
+            return FloatExperts(stack_in_out)
+        return super().experts(name, stack_in_out, role, rows_read)
 
 
 class _MetaWindow(TensorSource):

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
+import torch
+
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import GATE, Bundle, write_json_atomic
-from ssmport.gate.reference import ReplayedReference, reference_logits
+from ssmport.gate.reference import FP64, ReplayedReference, recipe_with_fp32_sums, reference_logits
 from ssmport.manifest import GateSummary
 from ssmport.memory import section
 from ssmport.gate.report import GateReport, default_prompts, run_gate
@@ -45,7 +49,15 @@ def gate_bundle(
     layer, see `ssmport.gate.reference.reference_logits`) and its weights released; then the bundle
     is lowered and loaded, so the gate's peak is the larger of the two, not their sum.
     `profiler`: a `coreai.runtime.Profiler` the bundle is loaded with (the export counts the
-    ops of the gate's own calls rather than load and call the bundle once more)."""
+    ops of the gate's own calls rather than load and call the bundle once more).
+
+    A 16-bit recipe's report also shows the recipe's own error apart from this runtime's: its
+    torch module over the same stored weights with fp32 sums, vs the fp32 reference
+    (`GateReport.set_recipe_split`; not for `auto`, whose per-tensor plan is not rebuilt here).
+
+    A recipe whose thresholds have a `floor_factor` (fp32) gets the same reference in float64
+    too, computed the same way before the bundle loads (its weights twice the fp32 ones', so
+    streamed above half the size), and is judged against it (ssmport.gate.report)."""
     m = bundle.manifest
     recipe = get_recipe(m.recipe.name)
     if model is None:
@@ -56,9 +68,28 @@ def gate_bundle(
         )
     stages = stages or Stages(enabled=False)
     total = sum(len(s) for s in token_streams)
-    # The fp32 reference first, then the candidate: the two never hold memory at once.
+    thresholds = gate_thresholds(recipe, m.recipe.state_dtype, m.main.outputs[0].dtype)
+    seconds: dict[str, float] = {}
+    # The references first, then the candidate: they never hold memory at once.
     with stages.stage("fp32 reference", total=total):
-        reference = ReplayedReference(token_streams, reference_logits(model, token_streams, on_token=stages.advance))
+        start = time.perf_counter()
+        fp32_logits = reference_logits(model, token_streams, on_token=stages.advance)
+        reference = ReplayedReference(token_streams, fp32_logits)
+        seconds["fp32_reference_s"] = time.perf_counter() - start
+    recipe_only = None
+    if recipe.float_dtype == torch.float16 and "auto" not in m.plan:
+        with stages.stage("the recipe in torch (same stored weights, fp32 sums)", total=total):
+            start = time.perf_counter()
+            recipe_only = reference_logits(model, token_streams, on_token=stages.advance,
+                                           form=recipe_with_fp32_sums(recipe.name))  # fmt: skip
+            seconds["recipe_fp32_sums_s"] = time.perf_counter() - start
+    exact = None
+    if thresholds.floor_factor:
+        with stages.stage("fp64 reference (the fp32 reference's noise floor)", total=total):
+            start = time.perf_counter()
+            exact = ReplayedReference(token_streams, reference_logits(model, token_streams, on_token=stages.advance,
+                                                                      form=FP64))  # fmt: skip
+            seconds["fp64_reference_s"] = time.perf_counter() - start
     with stages.stage("Loading on Core AI runtime"):
         with section("lowering"):
             ensure_lowered(bundle)
@@ -67,13 +98,18 @@ def gate_bundle(
     try:
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(
-                candidate, reference, token_streams, recipe.name,
-                gate_thresholds(recipe, m.recipe.state_dtype, m.main.outputs[0].dtype),
-                synthetic=model.synthetic, on_step=stages.advance,
+                candidate, reference, token_streams, recipe.name, thresholds,
+                synthetic=model.synthetic, on_step=stages.advance, exact=exact,
             )  # fmt: skip
     finally:
         candidate.close()
         reference.close()
+        if exact is not None:
+            exact.close()
+    report.reference_seconds = seconds
+    if recipe_only is not None:
+        report.set_recipe_split(fp32_logits, recipe_only)
+        report.recipe_split["seconds"] = seconds["recipe_fp32_sums_s"]
     if record:
         write_json_atomic(bundle.path / GATE, report.to_json())
         bundle.manifest.gate = GateSummary(**report.summary(), transcript=GATE)

@@ -1,0 +1,46 @@
+"""A 16-bit gate's split: the recipe's own error (its torch module over the same stored weights,
+fp32 sums) next to the bundle's on this runtime; shown, never part of the verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ssmport.gate.accumulation import Fp32Accumulating
+from ssmport.gate.reference import LayerStreamedReference, recipe_with_fp32_sums, reference_logits
+from ssmport.gate.torch_runner import TorchRunner
+from ssmport.loader.resolve import load_model
+from test_parity_logic import gate  # a scripted gate: reference rows, candidate rows
+
+
+def test_recipe_form_streamed_equals_whole_and_swaps_every_16bit_matmul():
+    model = load_model("rwkv7-tiny", synthetic=True)
+    form = recipe_with_fp32_sums("int8keepproj")
+    streams = [[1, 5, 7, 9], [2, 4]]
+    whole = reference_logits(model, streams, stream_layers=False, form=form)
+    streamed = LayerStreamedReference(model, 1, form=form).logits(streams)
+    assert all(np.array_equal(a, b) for a, b in zip(whole, streamed))
+    fp32 = reference_logits(model, streams, stream_layers=False)
+    assert 0 < max(np.abs(a - b).max() for a, b in zip(whole, fp32)) < 1.0  # int8 weights move logits, a little
+    runner = TorchRunner(model, "int8keepproj")
+    form.prepare(runner.module)
+    kinds = {type(m).__name__ for m in runner.module.modules()}
+    assert "Fp32Accumulating" in kinds and not {"BlockwiseMatmul", "Int8Matmul"} & kinds
+    assert all(m.weight.dtype.is_floating_point for m in runner.module.modules() if isinstance(m, Fp32Accumulating))
+
+
+def test_split_is_shown_and_never_changes_the_verdict():
+    r = gate([[0, 5.0, 4.0]], [[0, 4.0, 4.1]])
+    assert not r.passed
+    r.set_recipe_split([np.array([[0, 5.0, 4.0]])], [np.array([[0, 5.0, 4.0]])])
+    assert not r.passed and r.recipe_split["recipe_vs_reference_abs"] == 0 and "of which the recipe" in r.headline()
+
+
+def test_fp16_export_gate_records_the_split(tmp_path):
+    from ssmport.exporter.pipeline import export
+
+    model = load_model("rwkv7-tiny", synthetic=True)
+    gate16 = export(model, tmp_path / "h", quant="fp16", progress=False).manifest.gate
+    split = gate16.recipe_split
+    assert 0 < split["recipe_vs_reference_rel"] < split["bundle_vs_reference_rel"] == gate16.max_rel_logit_delta
+    assert split["seconds"] > 0 and split["tokens"] == 8
+    assert export(model, tmp_path / "f", quant="fp32", progress=False).manifest.gate.recipe_split is None
