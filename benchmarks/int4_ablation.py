@@ -73,7 +73,8 @@ def _fixtures() -> dict:
 class RoutingReplay:
     """Patches `moe.route`: "record" keeps the reference's choices; "replay" routes the next run
     as recorded (weights from that run's own scores at those experts) and counts the (layer,
-    token) choices it would have made differently."""
+    token) choices it would have made differently; "count" only counts them (the run routes
+    freely)."""
 
     def __init__(self):
         self.mode, self.log, self.at, self.changed, self.calls = "off", [], 0, 0, 0
@@ -84,11 +85,13 @@ class RoutingReplay:
         chosen, weights = self._route(spec, logits, bias)
         if self.mode == "record":
             self.log.append(chosen.clone())
-        elif self.mode == "replay":
+        elif self.mode in ("replay", "count"):
             ref = self.log[self.at]
             self.at += 1
             self.calls += 1
             self.changed += int((chosen.sort(-1).values != ref.sort(-1).values).any())
+            if self.mode == "count":
+                return chosen, weights
             scores = torch.softmax(logits, -1) if spec.scoring == moe.SOFTMAX else torch.sigmoid(logits)
             weights = torch.gather(scores, -1, ref)
             if spec.norm_topk:

@@ -10,17 +10,24 @@ Base "fp32" isolates the experts' own error ("experts float" is then fp32: the r
 base "int4keepproj" is that recipe around them (its float is fp16).
 
     python benchmarks/int4_experts.py lfm2-moe-tiny qwen3.5-moe-tiny --json benchmarks/results/int4_experts_tiny.json
+
+A checkpoint folder instead of a preset (e.g. the trained tests/data/lfm2_moe_pydoc) runs on its
+own weights, on one stream: the held-out text (`accumulation.held_out_tokens`), --steps bytes.
+
+    python benchmarks/int4_experts.py tests/data/lfm2_moe_pydoc --steps 241 \
+        --json benchmarks/results/int4_experts_lfm2_moe_pydoc.json
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import torch
 
-from accumulation import accumulate_in_fp32, compare, write_json
+from accumulation import accumulate_in_fp32, compare, held_out_tokens, write_json
 from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
@@ -57,7 +64,7 @@ def run_variant(model, base: str, gate_up: str, down: str, stacks, streams, refs
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("models", nargs="+", help="MoE presets (synthetic weights)")
+    ap.add_argument("models", nargs="+", help="MoE presets (synthetic weights) or checkpoint folders (their weights)")
     ap.add_argument("--streams", type=int, default=4)
     ap.add_argument("--steps", type=int, default=32)
     ap.add_argument("--json", help="write the results here")
@@ -65,8 +72,12 @@ def main() -> None:
     torch.set_num_threads(1)
     results = {}
     for name in args.models:
-        model = load_model(name, synthetic=True)
-        streams = default_prompts(model.config.vocab_size, args.streams, args.steps, seed=1)
+        if Path(name).is_dir():
+            model = load_model(name)
+            streams = [held_out_tokens(model, args.steps)]
+        else:
+            model = load_model(name, synthetic=True)
+            streams = default_prompts(model.config.vocab_size, args.streams, args.steps, seed=1)
         ref = TorchRunner(model, "fp32")
         refs = []
         for s in streams:

@@ -1,5 +1,6 @@
-"""tools/: the trainer of rwkv7-pydoc computes what ssmport exports, and its data tool splits
-files as documented. (The tools run without ssmport; these tests tie them to it.)"""
+"""tools/: the trainer of rwkv7-pydoc computes what ssmport exports, the trainer of the tests'
+LFM2-MoE writes a folder ssmport loads, and the data tool splits files as documented. (The
+tools run without ssmport; these tests tie them to it.)"""
 
 from __future__ import annotations
 
@@ -97,3 +98,32 @@ def test_learning_rate_warms_up_then_decays_to_the_final_rate(step, expected):
     args = train_tiny.parse_args(["--data", ".", "--out", ".", "--steps", "103", "--warmup", "4", "--lr", "2e-3",
                                   "--final-lr", "1e-4"])  # fmt: skip
     assert train_tiny.learning_rate(step, args) == pytest.approx(expected)
+
+
+def test_moe_training_run_writes_a_folder_ssmport_loads_with_its_byte_vocab(tmp_path):
+    """tools/train_moe.py: a few CPU steps of transformers' LFM2-MoE write a save_pretrained
+    folder (fp16) that ssmport loads strictly with the byte vocab next to it, and the load
+    balancer moved the expert bias."""
+    import train_moe
+    from safetensors.torch import load_file
+    from ssmport.loader.resolve import load_model
+
+    data = tmp_path / "data"
+    data.mkdir()
+    write_stream(data / "train.u16", 4000, seed=1)
+    write_stream(data / "validation.u16", 300, seed=2)
+    out = tmp_path / "run"
+    argv = ["--data", str(data), "--out", str(out), "--steps", "3", "--batch", "2", "--ctx", "16", "--warmup", "1",
+            "--eval-every", "0", "--device", "cpu", "--hidden", "64", "--layers", "conv,full_attention,conv",
+            "--dense-layers", "1", "--ffn", "96", "--experts", "4", "--moe-ffn", "32", "--balance-rate", "0.01"]  # fmt: skip
+    assert train_moe.main(argv) == 0
+    log = [json.loads(line) for line in (out / train_moe.LOG).read_text().splitlines()]
+    assert log[0]["config"]["num_experts"] == 4 and log[-2]["event"] == "end" and log[-1]["event"] == "expert_shares"
+    assert 2.0 < log[0]["unigram_val_loss"] < 6.0  # ~log(256) on uniform random bytes
+    weights = load_file(out / "model.safetensors")
+    assert {t.dtype for t in weights.values()} == {torch.float16}
+    bias = weights["model.layers.1.feed_forward.expert_bias"]
+    assert bias.abs().max() > 0  # three steps of +-0.01
+    model = load_model(str(out))  # strict HF load
+    assert model.architecture.name == "lfm2_moe" and model.config.moe.experts == 4
+    assert model.vocab_path.name == "vocab.tsv"

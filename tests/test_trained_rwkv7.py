@@ -22,12 +22,12 @@ import pytest
 import torch
 
 from rwkv7_files import rwkv_package_logits
+from trained_checks import assert_keeps_confident_top1
 from ssmport.loader.pretrained import BUNDLED, mean_nats
 from ssmport.quant import RECIPES
 
 PYDOC = BUNDLED["rwkv7-pydoc"]
 STEPS = 48  # teacher-forced bytes of held-out text per bundle (int8/fp16 run ~0.2 s/step here)
-CONFIDENT_MARGIN = 0.5  # logits: a top-1 this far ahead of the runner-up must survive quantization
 
 
 def held_out_ids() -> list[int]:
@@ -80,15 +80,7 @@ def test_fp32_bundle_matches_rwkv_package(trained_bundles, reference_logits):
 @pytest.mark.parametrize("quant", ["fp16", "int8keepproj", "int4keepproj"])
 def test_quantized_bundle_keeps_confident_top1(trained_bundles, reference_logits, quant):
     ids = held_out_ids()[:STEPS]
-    got = bundle_logits(trained_bundles(quant), ids)
-    ref = reference_logits[:STEPS]
-    top2 = np.sort(ref, axis=1)[:, -2:]
-    confident = top2[:, 1] - top2[:, 0] > CONFIDENT_MARGIN
-    assert confident.sum() >= STEPS // 2, "too few confident steps for the check to mean anything"
-    flipped = [t for t in np.flatnonzero(confident) if got[t].argmax() != ref[t].argmax()]
-    assert not flipped, f"{quant}: top-1 changed at confident steps {[int(t) for t in flipped]}"
-    scale = max(1.0, float(np.abs(ref).max()))
-    assert np.abs(got - ref).max() <= RECIPES[quant].gate.max_rel_logit_delta * scale
+    assert_keeps_confident_top1(bundle_logits(trained_bundles(quant), ids), reference_logits[:STEPS], quant)
 
 
 def test_int4keepproj_fits_where_int8keepproj_does_not_and_gates(trained_bundles, capsys):

@@ -304,3 +304,7 @@ class Architecture(ABC):
         """Of the weights `keeps_float` keeps: those measured harmless at int8 next to a 4-bit
         bulk, which `int4keepproj` stores as int8 instead of 16-bit. Default: none."""
         return False
+
+    # Routed experts measured safe at 4 bits on trained weights: `int4keepproj` then stores them
+    # as its bulk (4 bits) rather than at its `expert_bits` floor (8). Default: not measured.
+    int4_safe_experts: bool = False

@@ -56,8 +56,9 @@ class Reference:
 def package_parts(config_class: type, reference_class: type, checkpoints, synthetic, block, quant) -> dict[str, Any]:
     """The keyword arguments of a `PackagedArchitecture` from its package's modules, which
     follow one naming: checkpoints.canonical_shapes, synthetic.synthetic_init, block.build,
-    quant.role, quant.KEEP_FLOAT_ROLES and (optional) quant.INT8_SAFE_ROLES."""
+    quant.role, quant.KEEP_FLOAT_ROLES and (optional) quant.INT8_SAFE_ROLES, quant.INT4_SAFE_EXPERTS."""
     return {"config_class": config_class, "reference_class": reference_class,
             "canonical_shapes": checkpoints.canonical_shapes, "synthetic_init": synthetic.synthetic_init,
             "build": block.build, "role": quant.role, "keep_float_roles": quant.KEEP_FLOAT_ROLES,
-            "int8_safe_roles": getattr(quant, "INT8_SAFE_ROLES", frozenset())}  # fmt: skip
+            "int8_safe_roles": getattr(quant, "INT8_SAFE_ROLES", frozenset()),
+            "int4_safe_experts": getattr(quant, "INT4_SAFE_EXPERTS", False)}  # fmt: skip

@@ -56,10 +56,12 @@ class WeightBuilder:
         keeps_float: Callable[[str], bool],
         on_store: Callable[[int], None] | None = None,  # called with each tensor's element count
         int8_safe: Callable[[str], bool] | None = None,  # the architecture's `int8_safe` (default: none)
+        int4_safe_experts: bool = False,  # the architecture's `int4_safe_experts`
     ):
         self.recipe = recipe
         self.keeps_float = keeps_float
         self.int8_safe = int8_safe or (lambda name: False)
+        self.int4_safe_experts = int4_safe_experts
         self.on_store = on_store
         self.entries: list[PlanEntry] = []
         # storage_key -> the one view of it stored (offset, shape, stride, dtype)
@@ -67,8 +69,9 @@ class WeightBuilder:
 
     @classmethod
     def for_architecture(cls, recipe: Recipe, arch, on_store: Callable[[int], None] | None = None) -> WeightBuilder:
-        """A builder that applies both of `arch`'s quantization predicates."""
-        return cls(recipe, arch.keeps_float, on_store, getattr(arch, "int8_safe", None))
+        """A builder that applies `arch`'s quantization predicates."""
+        return cls(recipe, arch.keeps_float, on_store, getattr(arch, "int8_safe", None),
+                   getattr(arch, "int4_safe_experts", False))  # fmt: skip
 
     def matmul(
         self,
@@ -110,7 +113,8 @@ class WeightBuilder:
         return self._keep(FloatExperts(w))
 
     def _storage(self, name: str, role: str, expert_stack: bool = False) -> tuple[int | None, bool]:
-        return self.recipe.storage(name, role, self.keeps_float(name), self.int8_safe(name), expert_stack)
+        return self.recipe.storage(name, role, self.keeps_float(name), self.int8_safe(name), expert_stack,
+                                   self.int4_safe_experts)  # fmt: skip
 
     def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         """A lookup table (embedding), stored in the recipe's float dtype."""

@@ -63,17 +63,18 @@ class Recipe:
     # measurement under a size budget (ssmport.quant.auto); a name absent follows the rules above.
     per_tensor: tuple[tuple[str, str], ...] = ()
 
-    # Least integer width of a routed-expert stack (None: as any matmul of its role).
+    # Least integer width of a routed-expert stack (None: as any matmul of its role), unless the
+    # architecture measured its experts safe at 4 bits (`Architecture.int4_safe_experts`).
     expert_bits: int | None = None
 
     def storage(self, name: str, role: str, keeps_float: bool, int8_safe: bool = False,
-                expert_stack: bool = False) -> tuple[int | None, bool]:  # fmt: skip
+                expert_stack: bool = False, int4_safe_experts: bool = False) -> tuple[int | None, bool]:  # fmt: skip
         """(integer width or FLOAT, affine) of the matmul weight (or expert stack) `name`."""
         chosen = dict(self.per_tensor).get(name) if self.per_tensor else None
         if chosen is not None:
             return STORAGE[chosen]
         bits = self.weight_bits(keeps_float, role, int8_safe)
-        if expert_stack and bits is not FLOAT and self.expert_bits:
+        if expert_stack and bits is not FLOAT and self.expert_bits and not int4_safe_experts:
             bits = max(bits, self.expert_bits)
         return bits, self.zero_point
 
@@ -162,7 +163,9 @@ RECIPES: dict[str, Recipe] = {
             bits=4,
             role_bits=(("head", 8), ("out_proj", 8)),  # head: measured (benchmarks/int4_choices.py)
             kept_bits=8,
-            expert_bits=8,  # routed experts at 4 bits flipped confident top-1s (benchmarks/int4_experts.py)
+            # routed experts at 4 bits flipped confident top-1s on random fixtures (benchmarks/int4_experts.py);
+            # an architecture whose trained experts measured safe at 4 bits opts out (LFM2-MoE: trained_moe.py)
+            expert_bits=8,
         ),
         Recipe(
             "int8",
