@@ -6,6 +6,7 @@ this runtime and on a device: a stronger check than timing it twice on a shared 
 
     PYTHONPATH=/path/to/tree-before python benchmarks/graph_diff.py dump before.json
     PYTHONPATH=/path/to/tree-after  python benchmarks/graph_diff.py dump after.json
+    PYTHONPATH=$PWD python benchmarks/graph_diff.py dump rms.json --composite rms_norm   # a composite's graphs
     python benchmarks/graph_diff.py compare before.json after.json
 
 The printed IR names decomposed helper functions with a random suffix and weights by a
@@ -42,10 +43,11 @@ def op_counts(text: str) -> collections.Counter:
     return collections.Counter(re.findall(r"= (coreai\.[a-z_.]+)", text))
 
 
-def dump(out: Path, presets: list[str], layout: str = "ssmport") -> None:
+def dump(out: Path, presets: list[str], layout: str = "ssmport", composites: tuple[str, ...] = ()) -> None:
     import torch
 
     from ssmport.exporter.convert import convert
+    from ssmport.ops.composite import chosen
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
     from ssmport.loader.resolve import load_model
@@ -55,7 +57,8 @@ def dump(out: Path, presets: list[str], layout: str = "ssmport") -> None:
         model = load_model(preset, synthetic=True)
         for recipe in RECIPES:
             builder = WeightBuilder(get_recipe(recipe), model.architecture.keeps_float)
-            program = convert(model, builder, torch.float32, prefill_chunk=CHUNK, layout=layout).program
+            with chosen(composites):
+                program = convert(model, builder, torch.float32, prefill_chunk=CHUNK, layout=layout).program
             for function, text in graph_texts(program).items():
                 graphs[f"{preset}/{recipe}/{function}" + ("" if layout == "ssmport" else f"/{layout}")] = normalized(text)
             print(preset, recipe, flush=True)
@@ -90,12 +93,13 @@ def main() -> None:
     d.add_argument("out", type=Path)
     d.add_argument("--preset", action="append", help=f"default: {', '.join(PRESETS)}")
     d.add_argument("--layout", default="ssmport", help="the bundle layout whose graphs to print (default ssmport)")
+    d.add_argument("--composite", nargs="*", default=[], help="ops in coreai-torch's composite form (ssmport.ops.composite)")
     c = sub.add_parser("compare", help="exit 1 if any graph's ops differ")
     c.add_argument("before", type=Path)
     c.add_argument("after", type=Path)
     a = p.parse_args()
     if a.command == "dump":
-        dump(a.out, a.preset or list(PRESETS), a.layout)
+        dump(a.out, a.preset or list(PRESETS), a.layout, tuple(a.composite))
     else:
         sys.exit(compare(a.before, a.after))
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from ssmport.ops import composite
+
 NEG_INF = float("-inf")
 
 
@@ -22,6 +24,10 @@ def decode(q, k, v, K, V, position, scale: float, past=None):
     attends to, when not those (a sliding window's ring: ssmport.ops.sliding). Returns o [H, d]."""
     H, d = q.shape
     KVH, C = K.shape[0], K.shape[1]
+    if composite.enabled("sdpa"):  # the cache and the new row as one key set, the new row last
+        mask = torch.cat([torch.arange(C) < position if past is None else past, torch.ones(1, dtype=torch.bool)])
+        keys, values = torch.cat([K, k.view(KVH, 1, d)], 1), torch.cat([V, v.view(KVH, 1, d)], 1)
+        return composite.sdpa(q.view(1, H, d), keys, values, mask.view(1, C + 1), scale).view(H, d)
     qg = q.view(KVH, H // KVH, d)
     past = (torch.arange(C) < position if past is None else past).view(1, 1, C)
     # K q^T, then the small [C, rep] result transposed: q K^T transposes the whole cache slice
@@ -44,6 +50,11 @@ def chunk(q, k, v, K, V, start, scale: float, past=None, causal=None):
     chunk's rows). Returns o [T, H, d]."""
     T, H, d = q.shape
     KVH, C = K.shape[0], K.shape[1]
+    if composite.enabled("sdpa"):  # the cache and the chunk's rows as one key set
+        past = (torch.arange(C) < start).view(1, C).expand(T, C) if past is None else past
+        causal = torch.tril(torch.ones(T, T, dtype=torch.bool)) if causal is None else causal
+        keys, values = torch.cat([K, k.permute(1, 0, 2)], 1), torch.cat([V, v.permute(1, 0, 2)], 1)
+        return composite.sdpa(q, keys, values, torch.cat([past, causal], 1), scale)
     rep = H // KVH
     qg = q.permute(1, 0, 2).reshape(KVH, rep * T, d)  # row r*T + t: query head kv*rep + r, token t
     kc, vc = k.permute(1, 0, 2), v.permute(1, 0, 2)  # [KVH, T, d]
@@ -78,6 +89,16 @@ def rotary_tables(positions: torch.Tensor, inv_freq: torch.Tensor) -> tuple[torc
     (frequency 0 on dims that do not rotate: cos 1, sin 0, so they pass through exactly)."""
     angles = positions.float().view(-1, 1) * inv_freq.view(1, -1)
     return torch.cos(angles), torch.sin(angles)
+
+
+def rotate(q, k, positions, inv_freq, rotate_half, pairs: int):
+    """RoPE on q [T, H, d] and k [T, KVH, d] at positions [T]: the tables once, then
+    `apply_rotary` to each; with the rope composite chosen (ssmport.ops.composite), coreai-torch's
+    RoPE on dims i, i + pairs (i < pairs). Returns (q, k)."""
+    if composite.enabled("rope"):
+        return composite.rope(q, positions, inv_freq, pairs), composite.rope(k, positions, inv_freq, pairs)
+    cos, sin = rotary_tables(positions, inv_freq)
+    return apply_rotary(q, cos, sin, rotate_half), apply_rotary(k, cos, sin, rotate_half)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotate_half: torch.Tensor) -> torch.Tensor:

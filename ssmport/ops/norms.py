@@ -6,9 +6,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ssmport.ops import composite
+
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor | None, eps: float) -> torch.Tensor:
-    """x / sqrt(mean(x^2) + eps) * weight (no weight: the bare normalisation)."""
+    """x / sqrt(mean(x^2) + eps) * weight (no weight: the bare normalisation). With the
+    rms_norm composite chosen (ssmport.ops.composite), coreai-torch's RMSNorm when it has a weight."""
+    if weight is not None and composite.enabled("rms_norm"):
+        return composite.rms_norm(x, weight, eps)
     y = x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps)
     return y if weight is None else y * weight
 

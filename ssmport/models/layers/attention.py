@@ -133,7 +133,8 @@ class AttentionMixer(nn.Module):
             self.k_norm = b.vector(names.k_norm, norm_gain(src[names.k_norm], s.qk_norm), Role.NORM)
         if s.rotary_dim:  # graph constants (not buffers: the states are the only buffers)
             self.inv_freq = attention.rotary_frequencies(s.head_dim, s.rotary_dim, s.rope_theta, s.rope_proportional)
-            self.rotate = attention.rotate_half_matrix(s.head_dim, s.head_dim if s.rope_proportional else s.rotary_dim)
+            self.pairs = (s.head_dim if s.rope_proportional else s.rotary_dim) // 2  # dims i, i + pairs turn together
+            self.rotate = attention.rotate_half_matrix(s.head_dim, 2 * self.pairs)
 
     def _query_and_gate(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
         """q_proj's rows (or bias) as (query, gate): with the output gate they are interleaved
@@ -157,8 +158,7 @@ class AttentionMixer(nn.Module):
         if s.qk_norm and s.qk_norm_per_head:
             q, k = rms_norm(q, self.q_norm, s.norm_eps), rms_norm(k, self.k_norm, s.norm_eps)
         if s.rotary_dim:
-            cos, sin = attention.rotary_tables(step.positions, self.inv_freq)
-            q, k = attention.apply_rotary(q, cos, sin, self.rotate), attention.apply_rotary(k, cos, sin, self.rotate)
+            q, k = attention.rotate(q, k, step.positions, self.inv_freq, self.rotate, self.pairs)
         v = v.view(T, s.kv_heads, s.head_dim)
         keys, values = self.states
         K, V = slices[keys].float(), slices[values].float()
