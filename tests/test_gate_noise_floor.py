@@ -163,7 +163,7 @@ def test_export_gate_of_an_fp32_bundle_reports_the_floor(tmp_path):
     f = result.manifest.gate.noise_floor
     assert result.manifest.gate.passed and f["factor"] == FP32_FLOOR_FACTOR
     assert f["reference_vs_fp64_rel"] < 1e-5 and f["limit_rel"] == 1e-4 and f["bundle_vs_fp64_rel"] < 1e-4
-    assert f["fp64_reference_s"] > 0 and f["fp32_reference_s"] > 0
+    assert not any(k.endswith("_s") for k in f)  # no timings in the bundle: exports stay byte-reproducible
     scaled = {n: model.weights[n] * (1.002 if n == "head.weight" else 1) for n in model.weights}
     wrong = dataclasses.replace(model, weights=DictSource(scaled))
     report = gate_bundle(Bundle.open(result.path), wrong, steps=8, record=False)

@@ -42,5 +42,5 @@ def test_fp16_export_gate_records_the_split(tmp_path):
     gate16 = export(model, tmp_path / "h", quant="fp16", progress=False).manifest.gate
     split = gate16.recipe_split
     assert 0 < split["recipe_vs_reference_rel"] < split["bundle_vs_reference_rel"] == gate16.max_rel_logit_delta
-    assert split["seconds"] > 0 and split["tokens"] == 8
+    assert "seconds" not in split and split["tokens"] == 8  # no timings: exports stay byte-reproducible
     assert export(model, tmp_path / "f", quant="fp32", progress=False).manifest.gate.recipe_split is None

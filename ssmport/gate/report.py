@@ -75,7 +75,9 @@ class GateReport:
     steps: list[StepRecord] = field(default_factory=list)
     logit_scale: float = 1.0
     synthetic: bool = False
-    reference_seconds: dict = field(default_factory=dict)  # how long each reference took (gate_bundle)
+    # How long each reference took (gate_bundle): in memory only, so that two exports of one
+    # model write the same gate.json and manifest (tests/test_reproducible.py).
+    reference_seconds: dict = field(default_factory=dict)
     recipe_split: dict | None = None  # 16-bit recipes: the recipe's own error apart from this runtime's (set_recipe_split)
 
     @property
@@ -139,7 +141,6 @@ class GateReport:
             "bundle_vs_reference_rel": self.max_rel_delta,
             "factor": self.thresholds.get("floor_factor"),
             "limit_rel": self.limit,
-            **self.reference_seconds,
         }
 
     def summary(self) -> dict:

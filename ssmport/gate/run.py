@@ -109,7 +109,6 @@ def gate_bundle(
     report.reference_seconds = seconds
     if recipe_only is not None:
         report.set_recipe_split(fp32_logits, recipe_only)
-        report.recipe_split["seconds"] = seconds["recipe_fp32_sums_s"]
     if record:
         write_json_atomic(bundle.path / GATE, report.to_json())
         bundle.manifest.gate = GateSummary(**report.summary(), transcript=GATE)
