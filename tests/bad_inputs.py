@@ -242,6 +242,8 @@ case("cache-unwritable", "generate", "SSMPORT_CACHE where nothing can be created
      "cannot be written", env=lambda e: {"SSMPORT_CACHE": "/proc/ssmport-cache"})  # fmt: skip
 case("cache-non-utf8", "generate", "SSMPORT_CACHE with bytes that are not UTF-8", lambda e: ["generate", e.tok, "--tokens", "1"],
      "is not valid UTF-8", env=lambda e: {"SSMPORT_CACHE": str(e.path(NON_UTF8))})  # fmt: skip
+case("cache-limit-not-a-size", "generate", "SSMPORT_CACHE_LIMIT that is not a size", lambda e: ["generate", e.tok, "--tokens", "1"],
+     "SSMPORT_CACHE_LIMIT 'lots' is not a size", env=lambda e: {"SSMPORT_CACHE_LIMIT": "lots"})  # fmt: skip
 case("cache-immutable", "generate", "SSMPORT_CACHE a folder nothing can be written to", lambda e: ["generate", e.tok, "--tokens", "1"],
      "cannot", env=lambda e: {"SSMPORT_CACHE": str(e.immutable(e.write("ro/keep", "x").parent))})  # fmt: skip
 

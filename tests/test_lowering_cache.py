@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 
 import numpy as np
 import pytest
@@ -110,3 +111,72 @@ def test_a_complete_entry_written_meanwhile_is_kept(lowered, monkeypatch):
     assert not list(entry.parent.glob(".lowering-*"))  # and our own copy is gone
     monkeypatch.setattr(lowering, "cached_lowering_ok", real)
     assert np.array_equal(_load(bundle.path)[1], logits)
+
+
+# --- the size limit (SSMPORT_CACHE_LIMIT) -----------------------------------------------------
+MB = 1 << 20
+
+
+def _fake_entry(folder, name, size, last_used):
+    """An entry of `size` bytes last used at `last_used` (only its stamp's mtime and file sizes
+    matter to the eviction order)."""
+    entry = folder / f"{name * 32}.aimodelx"
+    entry.mkdir(parents=True)
+    (entry / "model.odix").write_bytes(b"\0" * size)
+    (entry / STAMP).write_text("{}")
+    os.utime(entry / STAMP, (last_used, last_used))
+    return entry
+
+
+def _entry_bytes(entry):
+    return sum(p.stat().st_size for p in entry.rglob("*") if p.is_file())
+
+
+@pytest.fixture
+def own_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("SSMPORT_CACHE", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "lowered"
+
+
+def test_least_recently_used_entries_go_when_a_lowering_passes_the_limit(own_cache, scratch_bundle, pth_fp16_bundle, monkeypatch):
+    from ssmport.runtime import forget_lowering
+
+    bundle = Bundle.open(scratch_bundle)
+    assert _load(bundle.path)[0]
+    kept = lowered_path(bundle)
+    now = time.time()
+    os.utime(kept / STAMP, (now - 5000, now - 5000))  # lowered long ago...
+    oldest = _fake_entry(own_cache, "a", MB, now - 4000)
+    older = _fake_entry(own_cache, "b", MB, now - 3000)
+    assert not _load(bundle.path)[0]  # ...and used now: a hit moves it last
+
+    fp16 = Bundle.open(pth_fp16_bundle.path)
+    assert _load(fp16.path)[0]
+    other = lowered_path(fp16)
+    sizes = _entry_bytes(kept) + _entry_bytes(other)
+    forget_lowering(fp16)  # lower it again, now under a limit that holds one fake
+    monkeypatch.setenv("SSMPORT_CACHE_LIMIT", str(sizes + 3 * MB // 2))
+    assert _load(fp16.path)[0]
+    assert not oldest.exists() and older.exists() and kept.exists() and other.exists()
+    assert not list(own_cache.glob(".stale-*"))
+
+
+def test_the_new_entry_stays_when_it_alone_passes_the_limit(own_cache, scratch_bundle, monkeypatch):
+    old = _fake_entry(own_cache, "c", MB, time.time())  # the most recent other entry goes too
+    monkeypatch.setenv("SSMPORT_CACHE_LIMIT", "1KB")
+    now, logits = _load(scratch_bundle)
+    assert now and not old.exists()
+    assert [p.name for p in own_cache.iterdir()] == [lowered_path(Bundle.open(scratch_bundle)).name]
+    again, same = _load(scratch_bundle)
+    assert not again
+    np.testing.assert_array_equal(same, logits)
+
+
+def test_a_limit_that_is_not_a_size_is_one_line(own_cache, scratch_bundle, monkeypatch):
+    from ssmport.errors import SsmportError
+
+    monkeypatch.setenv("SSMPORT_CACHE_LIMIT", "lots")
+    with pytest.raises(SsmportError, match=r"^SSMPORT_CACHE_LIMIT 'lots' is not a size: give a positive number") as info:
+        _load(scratch_bundle)
+    assert "\n" not in str(info.value)
+    assert not list(own_cache.glob("*.aimodelx"))

@@ -7,6 +7,11 @@ differ from the stamp (missing, truncated, rewritten), is stale or corrupt and i
 stats, not a re-hash, so a cached load stays in milliseconds; it matters: the runtime dies
 (SIGILL) loading damaged lowered bytes.
 
+The cache holds at most `$SSMPORT_CACHE_LIMIT` bytes of lowered models (default 20 GB; a size
+like `50GB`): placing a new entry removes the least recently used others until it fits (a hit
+marks its entry used). The new entry itself always stays, whatever its size. Unbounded, it
+reached 45 GB here and filled the disk.
+
 Before anything reads an asset, its files are checked against the sha256s the manifest
 recorded at export (remembered per file stats too), and lowering itself runs in a child
 process: the runtime aborts (SIGABRT) on an .mlirb it cannot parse, and that must be an error
@@ -31,6 +36,7 @@ from ssmport.bundle import Bundle, write_json_atomic
 from ssmport.errors import BundleError, SsmportError
 from ssmport.files import OWNER_MARKER, OwnedDir, check_free_space, stale_dirs, utf8_path
 from ssmport.interrupts import stops_at_once
+from ssmport.quant.budget import parse_size
 
 
 def cache_root() -> Path:
@@ -63,6 +69,7 @@ def _coreai_version() -> str:
 
 
 STAMP = "ssmport-lowered.json"
+DEFAULT_CACHE_LIMIT = 20 << 30
 _HASH_CHUNK = 8 << 20
 
 
@@ -176,11 +183,14 @@ def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
     verify_asset(bundle)
     if uses_os_runtime():
         return bundle.asset_path, False
+    limit = cache_limit()  # a bad value is refused on every load, not only the first
     key = lowering_key(bundle)
     target = cache_dir("lowered") / f"{key}.aimodelx"
     if not rebuild and cached_lowering_ok(target, key):
+        _mark_used(target)
         return target, False
     _remove_stale_lowerings(target.parent)
+    _evict_least_recent(target.parent, target, bundle.manifest.asset.bytes, limit)
     # A full cache disk crashed the lowering child (SIGBUS), which read as a bad asset.
     check_free_space(target.parent, bundle.manifest.asset.bytes, f"lowering {bundle.path} for this runtime (SSMPORT_CACHE)")
     staging = OwnedDir(target.parent, ".lowering-", ".aimodelx")
@@ -203,7 +213,50 @@ def ensure_lowered(bundle: Bundle, rebuild: bool = False) -> tuple[Path, bool]:
             _replace_dir(entry, target)  # what is there is stale or damaged
     finally:
         staging.remove()
+    _evict_least_recent(target.parent, target, 0, limit)
     return target, True
+
+
+def cache_limit() -> int:
+    """The most bytes of lowered models the cache keeps ($SSMPORT_CACHE_LIMIT)."""
+    text = os.environ.get("SSMPORT_CACHE_LIMIT")
+    return DEFAULT_CACHE_LIMIT if not text else parse_size(text, "SSMPORT_CACHE_LIMIT")
+
+
+def _mark_used(entry: Path) -> None:
+    """A hit moves the entry to the back of the eviction order (its stamp's mtime, which the
+    stamp check does not compare)."""
+    try:
+        os.utime(entry / STAMP)
+    except OSError:
+        pass  # a read-only cache: the order is only less exact
+
+
+def _entries_by_last_use(folder: Path) -> list[tuple[float, int, Path]]:
+    """(last use, bytes, path) of every entry, least recently used first."""
+    found = []
+    for entry in folder.glob("*.aimodelx"):
+        try:
+            stamp = entry / STAMP
+            used = (stamp if stamp.exists() else entry).stat().st_mtime
+            found.append((used, sum(size for _, size, _ in _file_list(entry)), entry))
+        except OSError:
+            continue  # removed meanwhile
+    return sorted(found)
+
+
+def _evict_least_recent(folder: Path, keep: Path, room: int, limit: int) -> None:
+    """Remove the least recently used entries (never `keep`) until the rest and `room` more
+    bytes fit `limit`. A process still loading a removed entry keeps the files it opened, and
+    the runner lowers again once when a cached entry fails to load."""
+    entries = _entries_by_last_use(folder)
+    total = room + sum(size for _, size, _ in entries)
+    for _, size, entry in entries:
+        if total <= limit:
+            return
+        if entry != keep:
+            _discard(entry)
+            total -= size
 
 
 # Run by `_lower_in_child` as `python -c`: only coreai is imported there (0.4 s).
@@ -241,9 +294,10 @@ def _lower_in_child(asset: Path, out: Path) -> None:
 
 
 def _remove_stale_lowerings(folder: Path) -> None:
-    """Staging folders of lowerings whose process died (killed, crashed), and unmarked ones
-    an older ssmport left (a day old: never a lowering still running)."""
-    for d in stale_dirs(folder, ".lowering-*"):
+    """Staging folders of lowerings whose process died (killed, crashed), unmarked ones an
+    older ssmport left (a day old: never a lowering still running), and discarded entries
+    whose removal was cut short (`_discard`: nothing reads them by name)."""
+    for d in [*stale_dirs(folder, ".lowering-*"), *folder.glob(".stale-*")]:
         shutil.rmtree(d, ignore_errors=True)
     for d in folder.glob(".lowering-*"):
         try:
@@ -270,13 +324,18 @@ def _replace_dir(new: Path, target: Path) -> None:
     """Move `new` to `target`; an existing (stale, corrupt, or raced) entry is moved aside
     first and then deleted, so readers never see a half-removed directory."""
     if target.exists():
-        trash = Path(tempfile.mkdtemp(prefix=".stale-", dir=target.parent))
-        try:
-            os.replace(target, trash / target.name)
-        except OSError:
-            pass  # another process replaced it first; ours replaces theirs below
-        shutil.rmtree(trash, ignore_errors=True)
+        _discard(target)  # if another process replaced it first, ours replaces theirs below
     try:
         os.replace(new, target)
     except OSError:  # a racing process put a fresh entry in place meanwhile: keep theirs
         shutil.rmtree(new, ignore_errors=True)
+
+
+def _discard(entry: Path) -> None:
+    """Remove an entry by moving it aside first, so readers never see half of it."""
+    trash = Path(tempfile.mkdtemp(prefix=".stale-", dir=entry.parent))
+    try:
+        os.replace(entry, trash / entry.name)
+    except OSError:
+        pass  # gone already, or replaced by another process
+    shutil.rmtree(trash, ignore_errors=True)
