@@ -15,7 +15,9 @@ size each holds a whole fp32 copy of the weights: Nemotron-H 4B is 16 GB, and no
                         timed before and after the others (the headline is their mean)
   torch_eager           ssmport's own decode module, torch eager, 1 thread and torch's default
   peer                  transformers' class (Lfm2ForCausalLM, GraniteMoeHybridForCausalLM,
-                        NemotronHForCausalLM, OlmoHybridForCausalLM, FalconH1ForCausalLM) on the
+                        NemotronHForCausalLM, OlmoHybridForCausalLM, FalconH1ForCausalLM,
+                        Lfm2MoeForCausalLM, Qwen3_5ForCausalLM, Lfm3ForCausalLM,
+                        RecurrentGemmaForCausalLM) on the
                         same weights, its pure-torch path, one token
                         per call with its cache, 1 thread and default threads; timed only after
                         it agrees with ssmport's torch module (benchmarks/suite.py's check)
@@ -104,7 +106,7 @@ def transformers_model(model: LoadedModel):
         return qwen35_bench.transformers_model(model), f"transformers=={version('transformers')} Qwen3_5ForCausalLM torch path, cpu fp32, use_cache"
     common = {"vocab_size": c.vocab_size, "hidden_size": c.hidden_size, "num_attention_heads": c.num_heads,
               "num_key_value_heads": c.num_kv_heads, "tie_word_embeddings": False,
-              "max_position_embeddings": max(4096, c.context)}  # fmt: skip
+              "max_position_embeddings": max(4096, getattr(c, "context", 0))}  # fmt: skip
     if arch == "lfm2":
         cls, config = "Lfm2ForCausalLM", transformers.Lfm2Config(
             **common, num_hidden_layers=c.num_layers, layer_types=list(c.layer_types), intermediate_size=c.intermediate_size,
@@ -150,6 +152,25 @@ def transformers_model(model: LoadedModel):
             routed_scaling_factor=c.routed_scaling_factor, conv_L_cache=c.conv_kernel, conv_bias=c.conv_bias,
             norm_eps=c.norm_eps, rope_parameters=_rope(c.rope_theta))  # fmt: skip
         return _load_peer_stacked(model, cls, config, "pos_emb")
+    elif arch == "lfm3":
+        # Every rope kind as "proportional": with partial_rotary_factor 1 it is "default" (ssmport's config keeps the fraction).
+        rope = {kind: {"rope_type": "proportional", "rope_theta": theta, "partial_rotary_factor": fraction}
+                for kind, theta, fraction in (("full_attention", c.full_rope_theta, c.full_rope_fraction),
+                                              ("sliding_attention", c.sliding_rope_theta, c.sliding_rope_fraction))}  # fmt: skip
+        cls, config = "Lfm3ForCausalLM", transformers.Lfm3Config(
+            **common, head_dim=c.head_dim, num_hidden_layers=c.num_layers, layer_types=list(c.layer_types),
+            intermediate_size=c.intermediate_size, sliding_window=c.sliding_window, conv_L_cache=c.conv_kernel,
+            conv_bias=c.conv_bias, attention_bias=c.attention_bias, use_attention_gate=c.attention_gate,
+            use_sandwich_norm=c.sandwich_norm, norm_eps=c.norm_eps, rope_parameters=rope, pad_token_id=0)  # fmt: skip
+        rename = {n: n.replace("self_attn.gate_proj.", "self_attn.g_proj.") for n in model.weights}  # its in-memory name
+    elif arch == "recurrent_gemma":
+        cls, config = "RecurrentGemmaForCausalLM", transformers.RecurrentGemmaConfig(
+            **common, num_hidden_layers=c.num_layers, block_types=list(c.layer_types), lru_width=c.lru_width,
+            intermediate_size=2 * c.intermediate_size, attention_window_size=c.window, conv1d_width=c.conv_width,
+            logits_soft_cap=c.logits_soft_cap, rms_norm_eps=c.norm_eps, attention_bias=c.attention_bias,
+            rope_parameters={"rope_type": "default", "rope_theta": c.rope_theta, "partial_rotary_factor": c.partial_rotary_factor},
+            pad_token_id=0)  # fmt: skip
+        rename = {}
     else:
         raise SystemExit(f"no transformers peer for {arch}")
     return _load_peer(model, cls, config, rename)
@@ -229,6 +250,36 @@ class TransformersHybridPeer(suite.Peer):
         super().close()
 
 
+class TransformersRecurrentGemmaPeer(TransformersHybridPeer):
+    """RecurrentGemmaForCausalLM keeps its RG-LRU and conv states in its modules and returns no
+    cache: each sequence starts with `_setup_cache` and a cache of our own, which its local
+    attention fills (with none given it would start a new sequence on every call). Its cached
+    path is only right where lru_width == hidden_size (tests/recurrent_gemma_files.py), as in
+    every release."""
+
+    def __init__(self, model: LoadedModel):
+        if model.config.lru_width != model.config.hidden_size:
+            raise suite.PeerRefusal(f"transformers' cached RecurrentGemma path needs lru_width == hidden_size "
+                                    f"(this model: {model.config.lru_width} != {model.config.hidden_size})")  # fmt: skip
+        super().__init__(model)
+
+    def step(self, token: int) -> np.ndarray:
+        from transformers import DynamicCache
+
+        with torch.no_grad():
+            if self.cache is None:
+                self.model.model._setup_cache(self.model.config, 1, torch.device("cpu"), torch.float32)
+                self.cache = DynamicCache(config=self.model.config)
+            out = self.model(torch.tensor([[token]]), cache=self.cache, use_cache=True)
+        return out.logits[0, -1].float().numpy()
+
+
+def open_peer(model: LoadedModel) -> TransformersHybridPeer:
+    """The transformers peer of a hybrid preset's model."""
+    peer = TransformersRecurrentGemmaPeer if model.architecture.name == "recurrent_gemma" else TransformersHybridPeer
+    return peer(model)
+
+
 # --------------------------------------------------------------------------------------
 
 
@@ -276,7 +327,7 @@ def stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
         np.save(_check_logits_path(work), check)
         return {"lines": lines}
     if name == "peer":
-        peer = TransformersHybridPeer(model)
+        peer = open_peer(model)
         try:
             lines, record = suite.peer_lines(peer, np.load(_check_logits_path(work)), tokens, a.warmup)
         finally:

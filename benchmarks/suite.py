@@ -19,8 +19,10 @@ Default models: rwkv7-0.1b, rwkv7-1.5b, mamba2-130m, gated-deltanet-340m. Per mo
                         mamba_ssm / causal_conv1d / hub kernels), one token per call with its
                         cache, the weights written as a transformers folder; mamba1 the same
                         with `MambaForCausalLM` / `FalconMambaForCausalLM`
-                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h, lfm2_moe, qwen3_5:
-                        transformers' own class on the weights in memory (benchmarks/hybrid_speed.py's peer)
+                      olmo_hybrid, falcon_h1, lfm2, granitemoehybrid, nemotron_h, lfm2_moe, qwen3_5,
+                        lfm3, recurrent_gemma: transformers' own class on the weights in memory
+                        (benchmarks/hybrid_speed.py's peer; recurrent_gemma's keeps a cache of its
+                        own, and is refused where lru_width != hidden_size)
                       gated_deltanet: none (see NO_PEER)
   mlx-lm              mlx-lm on MLX's CPU backend, same weights as the HF folder it loads
                       (benchmarks/peers_mlx.py), one token per call with its cache, pinned to
@@ -379,7 +381,7 @@ def open_transformers_hybrid(preset: str) -> Peer:
     benchmarks/hybrid_speed.py's peer (imported here, as it imports this module)."""
     import hybrid_speed
 
-    return hybrid_speed.TransformersHybridPeer(hybrid_speed.synthetic_model(preset))
+    return hybrid_speed.open_peer(hybrid_speed.synthetic_model(preset))
 
 
 # The functions of transformers' Mamba2Mixer that a kernel package or the `kernels` hub would
@@ -469,7 +471,8 @@ PEERS = {
     "mamba2": (ensure_mamba2_folder, TransformersMamba2Peer),
     "mamba1": (ensure_mamba1_folder, TransformersMamba1Peer),
     **{arch: (hybrid_preset, open_transformers_hybrid)
-       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h", "lfm2_moe", "qwen3_5")},  # hybrid_speed's
+       for arch in ("olmo_hybrid", "falcon_h1", "lfm2", "granitemoehybrid", "nemotron_h", "lfm2_moe", "qwen3_5", "lfm3",
+                    "recurrent_gemma")},  # hybrid_speed's
 }
 # architecture -> why it has no peer line
 NO_PEER = {

@@ -53,11 +53,13 @@ def test_peer_agreement_is_relative_to_the_logit_scale():
     assert not off["passed"] and off["max_rel_logit_delta"] > suite.PEER_MAX_REL_DELTA
 
 
-def _ssmport_logits(preset: str, tokens: list[int] = TOKENS) -> np.ndarray:
+def _ssmport_logits(preset, tokens: list[int] = TOKENS) -> np.ndarray:
+    """ssmport's fp32 torch module on a preset's synthetic weights (or a LoadedModel)."""
     import ssmport
     from ssmport.gate.torch_runner import TorchRunner
 
-    ref = TorchRunner(ssmport.load_model(preset, synthetic=True), "fp32")
+    model = ssmport.load_model(preset, synthetic=True) if isinstance(preset, str) else preset
+    ref = TorchRunner(model, "fp32")
     ref.reset()
     return ref.step_each(tokens)
 
@@ -111,10 +113,13 @@ def test_the_olmo_hybrid_peer_is_transformers_on_the_same_weights():
 
 
 @pytest.mark.parametrize("preset, arch, vocab, cls", [("lfm2-moe-tiny", "lfm2_moe", 512, "Lfm2MoeForCausalLM"),
-                                                        ("qwen3.5-tiny", "qwen3_5", 256, "Qwen3_5ForCausalLM")])
-def test_the_moe_and_qwen35_peers_are_transformers_on_the_same_weights(monkeypatch, preset, arch, vocab, cls):
+                                                        ("qwen3.5-tiny", "qwen3_5", 256, "Qwen3_5ForCausalLM"),
+                                                        ("lfm3-tiny", "lfm3", 512, "Lfm3ForCausalLM")])
+def test_the_moe_qwen35_and_lfm3_peers_are_transformers_on_the_same_weights(monkeypatch, preset, arch, vocab, cls):
     """LFM2-MoE's peer (its expert stacks assembled from ssmport's per-expert tensors on the
-    meta device) and Qwen3.5's agree with ssmport's torch module; --one-thread times 1 thread only."""
+    meta device), Qwen3.5's and LFM3's (its sliding window wrapped: 8 tokens, window 8, and a
+    proportional RoPE on full attention) agree with ssmport's torch module; --one-thread times
+    1 thread only."""
     assert suite.PEERS[arch] == (suite.hybrid_preset, suite.open_transformers_hybrid)
     monkeypatch.setattr(suite, "ONE_THREAD_ONLY", True)
     tokens = [t % vocab for t in TOKENS]
@@ -125,6 +130,42 @@ def test_the_moe_and_qwen35_peers_are_transformers_on_the_same_weights(monkeypat
         peer.close()
     assert record["agreement"]["passed"] and record["agreement"]["top1_agree"] == len(tokens)
     assert cls in record["name"] and set(lines) == {"peer_1thread"}
+
+
+def _recurrent_gemma_square():
+    """recurrentgemma-tiny with lru_width == hidden_size (as every release has it) and a window
+    of 3, so 8 tokens wrap its attention ring."""
+    import dataclasses
+
+    import ssmport
+
+    model = ssmport.load_model("recurrentgemma-tiny", synthetic=True)
+    config = dataclasses.replace(model.config, lru_width=model.config.hidden_size, window=3)
+    return dataclasses.replace(model, config=config, weights=model.architecture.synthetic_weights(config, 0))
+
+
+def test_the_recurrent_gemma_peer_is_transformers_with_its_own_cache(monkeypatch):
+    """RecurrentGemmaForCausalLM returns no cache: the peer starts each sequence itself, and
+    agrees with ssmport's torch module token by token (again after a reset)."""
+    import hybrid_speed
+
+    assert suite.PEERS["recurrent_gemma"] == (suite.hybrid_preset, suite.open_transformers_hybrid)
+    monkeypatch.setattr(suite, "ONE_THREAD_ONLY", True)
+    model = _recurrent_gemma_square()
+    peer = hybrid_speed.open_peer(model)
+    try:
+        lines, record = suite.peer_lines(peer, _ssmport_logits(model), TOKENS, warmup=2)
+    finally:
+        peer.close()
+    assert record["agreement"]["passed"] and record["agreement"]["top1_agree"] == len(TOKENS)
+    assert "RecurrentGemmaForCausalLM" in record["name"] and set(lines) == {"peer_1thread"}
+
+
+def test_the_recurrent_gemma_peer_refuses_a_narrower_recurrence():
+    """transformers' cached path is wrong where lru_width != hidden_size (recurrentgemma-tiny's
+    80 != 96): no line rather than a wrong one."""
+    with pytest.raises(suite.PeerRefusal, match="needs lru_width == hidden_size .this model: 80 != 96."):
+        suite.open_transformers_hybrid("recurrentgemma-tiny")
 
 
 def test_the_rwkv6_peer_refuses_attention_wider_than_the_model(tmp_path):
