@@ -1,6 +1,5 @@
 """Decode and prefill speed of the hybrid exports (LFM2, Granite-4.0-H, Nemotron-H, OLMo-Hybrid,
-Falcon-H1) against
-transformers' own torch path, in one run per model.
+LFM3, RecurrentGemma, Falcon-H1) against transformers' own torch path, in one run per model.
 
     flock /tmp/ssmport-heavy.lock python benchmarks/hybrid_speed.py --model lfm2-350m \\
         --out benchmarks/results/hybrid_speed_lfm2-350m.json
