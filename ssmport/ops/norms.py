@@ -40,10 +40,15 @@ def layer_norm(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: f
 def group_norm(y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     """LayerNorm of each group y [..., G, D] (no affine per group), then the affine over the
     flattened [..., G*D] (RWKV-7's `ln_x`, a GroupNorm with one group per head)."""
+    return normalize_last(y, eps).reshape(*y.shape[:-2], -1) * weight + bias
+
+
+def normalize_last(y: torch.Tensor, eps: float) -> torch.Tensor:
+    """LayerNorm over the last dimension without an affine: (y - mean) / sqrt(var + eps)
+    (a group norm whose caller applies the affine in its own shape)."""
     centered = y - y.mean(dim=-1, keepdim=True)
     var = (centered * centered).mean(dim=-1, keepdim=True)
-    normed = centered * torch.rsqrt(var + eps)
-    return normed.reshape(*y.shape[:-2], -1) * weight + bias
+    return centered * torch.rsqrt(var + eps)
 
 
 def group_norm_naive(y: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:

@@ -41,7 +41,12 @@ def stack_rows(pieces: list[torch.Tensor], dtype: torch.dtype = torch.float32) -
     dispatch on a GPU. (A chain of L `index_copy` scatters into zeros was ~7% faster per
     mamba2-130m decode step on the Linux runtime, but dispatched 92 more kernels per call:
     benchmarks/stack_rows_ab.py, benchmarks/README.md.) For small rows; a big state is updated
-    as a whole instead (ssmport.ops.deferred)."""
+    as a whole instead (ssmport.ops.deferred).
+
+    Pieces of one shape are concatenated as they are and the stack reshaped once: a reshape of
+    each piece to a row is an op per piece here (RWKV-7's head-shaped update vectors: two a layer)."""
+    if pieces[0].dim() > 0 and all(p.shape == pieces[0].shape for p in pieces):
+        return torch.cat([p.to(dtype) for p in pieces]).reshape(len(pieces), -1)
     return torch.cat([p.reshape(1, -1).to(dtype) for p in pieces])
 
 

@@ -28,21 +28,21 @@ def step(S, r, decay, kk, kka, k, v):
     return S, r @ S
 
 
-def decode(S, r, decay, kk, kka, k, v):
+def decode(S, r, decay, kk, kka, k, v, rk=None):
     """Decode's step from the old state, without forming S' (the graph applies every layer's
     update to the whole state at once, ssmport.ops.deferred):
 
         r^T S' = (r*decay)^T S - (r.(kk*a)) (kk^T S) + (r.k) v^T
 
-    S [H,N,Nv] fp32; r, decay, kk, kka = kk*a, k [H,N]; v [H,Nv]. Returns (y [H,Nv], the
-    StateUpdate over the [H, N, Nv] view)."""
+    S [H,N,Nv] fp32; r, decay, kk, kka = kk*a, k as head rows [H,1,N]; v [H,1,Nv]; `rk` r*k
+    when the caller has it (RWKV-7's bonus term reads it too). Every operand keeps this shape
+    from the projections' one reshape each: no reshape here, and the two reads of S are
+    batched matmuls over the heads. Returns (y [H,1,Nv], the StateUpdate over the [H, N, Nv]
+    view)."""
     H, N, Nv = S.shape
-    kk_S = (kk.view(H, 1, N) @ S).view(H, Nv)
-    y = (
-        ((r * decay).view(H, 1, N) @ S).view(H, Nv)
-        - (r * kka).sum(dim=-1, keepdim=True) * kk_S
-        + (r * k).sum(dim=-1, keepdim=True) * v
-    )
+    rk = r * k if rk is None else rk
+    kk_S = kk @ S  # [H,1,Nv]
+    y = (r * decay) @ S - (r * kka).sum(dim=-1, keepdim=True) * kk_S + rk.sum(dim=-1, keepdim=True) * v
     col, row = (H, N, 1), (H, 1, Nv)
     update = StateUpdate(decay, (Outer(kka, kk_S, minus=True), Outer(k, v)), (H, N, Nv), (col, col, row, col, row))
     return y, update

@@ -13,7 +13,7 @@ from ssmport.models.layers.mlp import ReluSquaredMLP
 from ssmport.models.rwkv7.config import DECAY_SCALE, MIX_NAMES, RWKV7Config
 from ssmport.models.rwkv7.quant import role
 from ssmport.ops import wkv7
-from ssmport.ops.norms import group_norm, layer_norm, unit_normalize
+from ssmport.ops.norms import group_norm, layer_norm, normalize_last, unit_normalize
 from ssmport.ops.rows import last_valid, token_shift
 from ssmport.quant.plan import WeightBuilder
 
@@ -53,39 +53,42 @@ class RWKV7Block(nn.Module):
 
         # --- time mix: every projection batched over the T rows ---
         xa = layer_norm(x, self.ln1_w, self.ln1_b, c.norm_eps)
-        mix = self.mix if step.decode else self.mix.view(len(MIX_NAMES), 1, -1)
-        previous = shift[0:1].float() if step.decode else token_shift(xa, shift[0:1])
-        mixed = xa + (previous - xa) * mix  # [6,C] in decode, else [6,T,C]
+        previous, previous_f = shift.float().split(1)  # the two shift rows in one op
+        if step.decode:
+            mixed = xa + (previous - xa) * self.mix  # [6, C]
+        else:
+            mixed = xa + (token_shift(xa, previous) - xa) * self.mix.view(len(MIX_NAMES), 1, -1)  # [6, T, C]
         xr, xw, xk, xv, xa_, xg = (m.view(T, -1) for m in mixed.split(1, dim=0))
         r, k, v = self.r(xr), self.k(xk), self.v(xv)
         decay = torch.exp(-DECAY_SCALE * torch.sigmoid(self.w0 + self.w2(torch.tanh(self.w1(xw)))))
         a = torch.sigmoid(self.a0 + self.a2(self.a1(xa_)))
         g = self.g2(torch.sigmoid(self.g1(xg)))
-        kk = unit_normalize((k * self.k_k).view(T, H, N))
-        k = k * (1 + (a - 1) * self.k_a)
+        # decode: every per-head operand as head rows [H, 1, d], one reshape each
+        heads = (lambda t: t.view(H, 1, -1)) if step.decode else (lambda t: t.view(T, H, -1))  # noqa: E731
+        kk = unit_normalize(heads(k * self.k_k))
+        k = k * ((1 - self.k_a) + a * self.k_a)
         if self.index == 0:
             step.carry["v_first"] = v
         else:
             v = v + (step.carry["v_first"] - v) * torch.sigmoid(self.v0 + self.v2(self.v1(xv)))
+        kka, r, k, v = kk * heads(a), heads(r), heads(k), heads(v)
+        rk = r * k
 
-        # The recurrence, in fp32 whatever the state's storage dtype.
-        kka = kk * a.view(T, H, N)
+        # The recurrence, in fp32 whatever the state's storage dtype; then ln_x and the bonus
+        # term, per head (r.(k*r_k)) v.
         if step.decode:
-            y, rec_out = wkv7.decode(rec.float(), r.view(H, N), decay.view(H, N), kk.view(H, N), kka.view(H, N),
-                                     k.view(H, N), v.view(H, Nv))  # fmt: skip
-            y = y.view(1, H, Nv)
+            y, rec_out = wkv7.decode(rec.float(), r, heads(decay), kk, kka, k, v, rk)  # [H, 1, Nv]
+            y = normalize_last(y, c.ln_x_eps) * self.lnx_w.view(H, 1, Nv) + self.lnx_b.view(H, 1, Nv)
+            y = (y + (rk * self.r_k.view(H, 1, N)).sum(dim=-1, keepdim=True) * v).view(T, H * Nv)
         else:  # the chunkwise form: no loop in the graph
-            rec_out, y = wkv7.chunk(rec.float(), r.view(T, H, N), decay.view(T, H, N), kk, kka, k.view(T, H, N),
-                                    v.view(T, H, Nv), step.valid_len, step.max_rows)  # fmt: skip
-
-        y = group_norm(y, self.lnx_w, self.lnx_b, c.ln_x_eps)
-        bonus = (r * k * self.r_k.view(1, H * N)).view(T, H, N).sum(dim=-1, keepdim=True)
-        y = y + (bonus * v.view(T, H, Nv)).view(T, H * Nv)
+            rec_out, y = wkv7.chunk(rec.float(), r, heads(decay), kk, kka, k, v, step.valid_len, step.max_rows)
+            y = group_norm(y, self.lnx_w, self.lnx_b, c.ln_x_eps)
+            y = y + ((rk * self.r_k.view(H, N)).sum(dim=-1, keepdim=True) * v).view(T, H * Nv)
         x = x + self.o(y * g)
 
         # --- channel mix ---
         xf = layer_norm(x, self.ln2_w, self.ln2_b, c.norm_eps)
-        kf = xf + ((shift[1:2].float() if step.decode else token_shift(xf, shift[1:2])) - xf) * self.ffn_mix
+        kf = xf + ((previous_f if step.decode else token_shift(xf, previous_f)) - xf) * self.ffn_mix
         x = x + self.ffn(kf)
 
         if not step.decode:  # the shift rows are the last real token's
