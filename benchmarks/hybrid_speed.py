@@ -429,6 +429,8 @@ def main() -> None:
             keep.mkdir(parents=True, exist_ok=True)
             context = nullcontext(str(keep))
         else:
+            if a.work is not None:
+                a.work.mkdir(parents=True, exist_ok=True)
             context = tempfile.TemporaryDirectory(prefix="hybrid-speed-", dir=a.work)
         with context as tmp:
             if not (a.keep and "SSMPORT_CACHE" in os.environ):  # --keep: a lowered copy elsewhere may stay there
