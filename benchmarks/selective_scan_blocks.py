@@ -35,8 +35,8 @@ class Chunk(torch.nn.Module):
 
 class Decode(Chunk):
     def forward(self, dt):
-        y, update = selective_scan.decode(self.h0, torch.exp(dt[0].unsqueeze(-1) * self.A), dt[0] * self.x[0], self.B[0], self.C[0])
-        return y + update.decay.sum(-1)
+        y, update = selective_scan.decode(self.h0, dt[0], self.A, dt[0] * self.x[0], self.B[0], self.C[0])
+        return y + torch.exp(update.decay.rate.unsqueeze(-1) * update.decay.scale).sum(-1)
 
 
 def main() -> None:

@@ -6,15 +6,19 @@ transformers and mamba_ssm layouts, config refusals, routing beside Mamba-2, pre
 from __future__ import annotations
 
 import json
+import math
+import re
 import shutil
 
 import numpy as np
 import pytest
 import torch
 
+from ir_checks import graph_texts
 from mamba1_files import FALCON, MAMBA, transformers_logits, transformers_step_logits, write_mamba_ssm_folder, write_transformers_folder
 from prefill_checks import LENGTHS, CHUNK, assert_coreai_prefill_equals_m1_loop, padded_outputs_agree, prefill_vs_reference
 from ssmport.errors import CheckpointError, SsmportError
+from ssmport.exporter.convert import convert
 from ssmport.ops import selective_scan
 from ssmport.ops.deferred import apply_naive
 from ssmport.quant import get_recipe
@@ -81,9 +85,22 @@ def test_scan_decode_equals_step():
     h, A = torch.randn(I, N, generator=g), -4 * torch.rand(I, N, generator=g)
     dt, x, B, C = torch.rand(I, generator=g), torch.randn(I, generator=g), torch.randn(N, generator=g), torch.randn(N, generator=g)
     want_h, want_y = selective_scan.naive_step(h, x, dt, A, B, C)
-    y, update = selective_scan.decode(h, torch.exp(dt[:, None] * A), dt * x, B, C)
+    y, update = selective_scan.decode(h, dt, A, dt * x, B, C)
     torch.testing.assert_close(y, want_y)
     torch.testing.assert_close(apply_naive(h, update), want_h)
+
+
+def test_decode_graph_stacks_dt_not_the_decay():
+    """The deferred update stacks each layer's dt [I] (an `Exp` decay), not its decay [I, N]:
+    no concat of the decode graph builds a tensor the state's size, and one exp covers every
+    layer's (the stack of the layers' A is a stack of constants, which the converter folds)."""
+    model = load_model("mamba1-tiny")
+    c = model.config
+    builder = WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float)
+    text = graph_texts(convert(model, builder, torch.float32, prefill_chunk=None).program)["main"]
+    concats = re.findall(r"= coreai\.concat [^\n]*-> tensor<([\dx]+)xf32>", text)
+    assert len(concats) >= 3 and all(math.prod(map(int, s.split("x"))) < c.num_layers * c.intermediate_size * c.state_size for s in concats)
+    assert len(re.findall(rf"= coreai\.exp [^\n]*-> tensor<{c.num_layers}x{c.intermediate_size}x{c.state_size}xf32>", text)) == 1
 
 
 # --- against transformers ----------------------------------------------------------------------

@@ -151,6 +151,23 @@ def test_deferred_update_equals_per_layer_updates():
     close(state, want)
 
 
+def test_deferred_exp_decay_equals_each_layer_by_hand():
+    """A decay given as exp(rate * scale) (Mamba-1's dt and A): the stacked update, and the
+    naive twin, against S * exp(rate * scale) + col row^T written out per layer."""
+    L, I, N = 3, 6, 5
+    scales = [-4 * torch.rand(I, N, generator=G) for _ in range(L)]
+    rates, cols, rows_ = [torch.rand(I, generator=G) for _ in range(L)], [randn(I) for _ in range(L)], [randn(N) for _ in range(L)]
+    updates = [deferred.StateUpdate(deferred.Exp(rates[i], scales[i]), (deferred.Outer(cols[i], rows_[i]),), (I, N),
+                                    ((I, 1), (I, 1), (1, N))) for i in range(L)]  # fmt: skip
+    state = randn(L, I * N)
+    want = torch.stack([state[i].view(I, N) * torch.exp(rates[i][:, None] * scales[i]) + cols[i][:, None] * rows_[i][None, :]
+                        for i in range(L)])  # fmt: skip
+    for i, u in enumerate(updates):
+        close(deferred.apply_naive(state[i], u), want[i])
+    deferred.apply(state, updates)
+    close(state.view(L, I, N), want)
+
+
 # --- recurrences ----------------------------------------------------------------------------
 
 

@@ -7,9 +7,9 @@ whole stacked state in a few elementwise passes and writes it once:
     S'[l] = S[l] * decay[l]  (+/-)  col_1[l] * row_1[l]  (+/-)  col_2[l] * row_2[l] ...
 
 (RWKV-7: diag(w) S - (kk*a)(kk^T S) + k v^T; Mamba-2: S exp(dt A) + (dt x) B^T; Gated DeltaNet:
-S g + k u^T.) Writing each layer's new slice instead copies the whole state once per layer on
-the Linux Core AI runtime (a scatter): ~45 ms per token for RWKV-7 1.5B, 27 of 105 ms for
-mamba2-130m.
+S g + k u^T; Mamba-1: S exp(dt A) + (dt x) B^T with A [I, N], an `Exp` decay.) Writing each
+layer's new slice instead copies the whole state once per layer on the Linux Core AI runtime (a
+scatter): ~45 ms per token for RWKV-7 1.5B, 27 of 105 ms for mamba2-130m.
 """
 
 from __future__ import annotations
@@ -29,6 +29,19 @@ class Outer(NamedTuple):
     minus: bool = False  # subtract instead of add
 
 
+class Exp(NamedTuple):
+    """A decay given as exp(rate * scale): `rate` computed per call, `scale` a constant of the
+    layer (Mamba-1: dt [I] and A [I, N]). `apply` stacks only the small rates and multiplies
+    the stack by every layer's scale at once, so a decay the size of the state is never stacked
+    per call (a 2.4 MB concat cost mamba-130m 22 ms of a 70 ms decode step on the Linux runtime:
+    benchmarks/README.md). `scale` must be a weight: the stack of every layer's is then a stack
+    of constants, which the converter folds into one constant (stored beside the layers' own:
+    +2.25 MiB at mamba-130m, no op per call; tests/test_mamba1.py checks the fold)."""
+
+    rate: torch.Tensor
+    scale: torch.Tensor
+
+
 class StateUpdate(NamedTuple):
     """One layer's S' = S * decay + sum of its outer terms.
 
@@ -39,14 +52,15 @@ class StateUpdate(NamedTuple):
     same shapes.
     """
 
-    decay: torch.Tensor
+    decay: torch.Tensor | Exp
     terms: tuple[Outer, ...]
     view: tuple[int, ...]
     shapes: tuple[tuple[int, ...], ...]
 
     def pieces(self) -> list[torch.Tensor]:
-        """decay, col_1, row_1, col_2, row_2, ... (in the order of `shapes`)."""
-        return [self.decay, *(t for term in self.terms for t in (term.col, term.row))]
+        """decay (an `Exp` decay's rate), col_1, row_1, col_2, row_2, ... (in the order of `shapes`)."""
+        decay = self.decay.rate if isinstance(self.decay, Exp) else self.decay
+        return [decay, *(t for term in self.terms for t in (term.col, term.row))]
 
 
 def _combine(S: torch.Tensor, fields: list[torch.Tensor], terms: tuple[Outer, ...]) -> torch.Tensor:
@@ -63,6 +77,8 @@ def apply(buffer: torch.Tensor, updates: list[StateUpdate]) -> None:
     L, first = len(updates), updates[0]
     columns = zip(*(u.pieces() for u in updates))  # field by field, every layer's tensor
     fields = [stack_rows(list(pieces)).view(L, *shape) for pieces, shape in zip(columns, first.shapes)]
+    if isinstance(first.decay, Exp):
+        fields[0] = torch.exp(fields[0] * torch.stack([u.decay.scale for u in updates]).float())
     S = _combine(buffer.float().view(L, *first.view), fields, first.terms)
     buffer.copy_(S.view(buffer.shape).to(buffer.dtype))
 
@@ -70,4 +86,6 @@ def apply(buffer: torch.Tensor, updates: list[StateUpdate]) -> None:
 def apply_naive(state: torch.Tensor, update: StateUpdate) -> torch.Tensor:
     """One layer's new slice [*view], from its old slice (any shape with view's elements)."""
     fields = [t.reshape(shape) for t, shape in zip(update.pieces(), update.shapes)]
+    if isinstance(update.decay, Exp):
+        fields[0] = torch.exp(fields[0] * update.decay.scale.float())
     return _combine(state.float().reshape(update.view), fields, update.terms)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from ssmport.ops.deferred import Outer, StateUpdate
+from ssmport.ops.deferred import Exp, Outer, StateUpdate
 
 SUB_CHUNK = 8  # the block length c: `chunk` runs c + T/c steps; chunk_pairwise holds T*c*I*N fp32
 
@@ -26,14 +26,15 @@ def naive_step(h, x, dt, A, B, C):
     return h, h @ C
 
 
-def decode(h, decay, u, B, C):
-    """Decode's output from the old state, without forming h':  y = ((h * decay) . C) + u (B.C).
+def decode(h, dt, A, u, B, C):
+    """Decode's output from the old state, without forming h':  y = ((h * exp(dt A)) . C) + u (B.C).
 
-    h [I, N] fp32; decay = exp(dt A) [I, N]; u = dt x [I]; B, C [N]. Returns (y [I], the
-    StateUpdate h' = h * decay + u B^T over the [I, N] view)."""
+    h [I, N] fp32; dt [I]; A [I, N] (the layer's weight); u = dt x [I]; B, C [N]. Returns
+    (y [I], the StateUpdate h' = h * exp(dt A) + u B^T over the [I, N] view, its decay an `Exp`
+    of dt and A: the update stacks dt, not the [I, N] decay)."""
     I, N = h.shape
-    y = (h * decay) @ C + u * (B * C).sum()
-    return y, StateUpdate(decay, (Outer(u, B),), (I, N), ((I, N), (I, 1), (1, N)))
+    y = (h * torch.exp(dt[:, None] * A)) @ C + u * (B * C).sum()
+    return y, StateUpdate(Exp(dt, A), (Outer(u, B),), (I, N), ((I, 1), (I, 1), (1, N)))
 
 
 def block_length(T: int) -> int:

@@ -59,12 +59,12 @@ class Mamba1Block(nn.Module):
         dt = F.softplus(self.dt_proj(dt) + self.dt_bias)  # [T, I]
 
         # The scan, in fp32 whatever the state's storage dtype.
-        log_decay, u = dt.view(T, I, 1) * self.A, dt * xs  # [T, I, N], [T, I]
+        u = dt * xs  # [T, I]
         if step.decode:
-            y, S = selective_scan.decode(slices[SSM_STATE].float(), torch.exp(log_decay).view(I, N), u.view(I), B.view(N), C.view(N))
+            y, S = selective_scan.decode(slices[SSM_STATE].float(), dt.view(I), self.A, u.view(I), B.view(N), C.view(N))
             y = y.view(1, I)
         else:
-            S, y = selective_scan.chunk(slices[SSM_STATE].float(), log_decay, u, B, C, step.valid_len)
+            S, y = selective_scan.chunk(slices[SSM_STATE].float(), dt.view(T, I, 1) * self.A, u, B, C, step.valid_len)
         out = self.out_proj((y + self.D * xs) * F.silu(z))
         if self.out_bias is not None:
             out = out + self.out_bias
