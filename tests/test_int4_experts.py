@@ -3,7 +3,7 @@ index, gives the weights the int4 blocks represent (against `dequantize_blockwis
 with 4-bit experts stores half a byte per expert weight and computes on the Core AI runtime
 what its torch twin computes; int4keepproj keeps the experts at int8 (measured:
 benchmarks/int4_experts.py) unless the architecture measured them safe at 4 bits on trained
-weights (LFM2-MoE: tests/data/lfm2_moe_pydoc), and `int4` lowers them."""
+weights (LFM2-MoE, Qwen3.5-MoE, Nemotron-H: tests/data/*_moe_pydoc), and `int4` lowers them."""
 
 from __future__ import annotations
 
@@ -62,8 +62,8 @@ def test_int4_expert_bundle_stores_half_bytes_and_matches_its_torch_twin(moe_mod
 
 
 def test_int4keepproj_keeps_experts_int8_unless_measured_safe_at_4_bits(moe_model, tmp_path):
-    qwen = load_model(str(mf.write_qwen35_moe(tmp_path / "qwen3_5_moe", seed=8)))
-    for model, experts in ((qwen, "int8"), (moe_model, "int4")):
+    granite = load_model(str(mf.write_granite_moe(tmp_path / "granitemoehybrid", seed=8)))
+    for model, experts in ((granite, "int8"), (moe_model, "int4")):
         assert model.architecture.int4_safe_experts == (experts == "int4")
         plan = TorchRunner(model, "int4keepproj").builder.entries
         stacks = [e for e in plan if e.rows_read is not None]
