@@ -43,8 +43,9 @@ class Trained:
     moe_layers: int
     int4_experts: bool  # the family's INT4_SAFE_EXPERTS, as measured (docs/quantization.md)
     max_int4_ratio: float  # int4keepproj's asset over int8keepproj's: measured, rounded up
-    # experts of each MoE layer chosen on the 241 held-out bytes (all 8, but Qwen3.5-MoE's last
-    # layer's expert 6 takes 0.1% of the choices on the first 32,768 held-out bytes: none here)
+    # experts of each MoE layer chosen on the 241 held-out bytes: all 8 but where an expert is
+    # rare (every expert is chosen on the first 32,768 held-out bytes; the rarest takes 0.10% of
+    # Qwen3.5-MoE's last layer's choices there, 0.13% of Granite's: their model cards)
     experts_seen: tuple[int, ...] = ()
 
 
@@ -52,6 +53,8 @@ class Trained:
 TRAINED = {
     "lfm2_moe": Trained(FOLDER, "Lfm2MoeTopKRouter", 4, True, 0.75),  # measured 0.68
     "nemotron_h": Trained(DATA / "nemotron_h_moe_pydoc", "NemotronHTopkRouter", 5, True, 0.76),  # 0.755
+    "granitemoehybrid": Trained(DATA / "granitemoehybrid_moe_pydoc", "GraniteMoeHybridTopKRouter", 6, True, 0.71,
+                                 (7, 8, 8, 8, 8, 6)),  # 0.705
     "qwen3_5_moe": Trained(DATA / "qwen3_5_moe_pydoc", "Qwen3_5MoeTopKRouter", 6, True, 0.69, (8, 8, 8, 8, 8, 7)),  # 0.683
 }
 
