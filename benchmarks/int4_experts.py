@@ -1,6 +1,6 @@
 """Are a mixture-of-experts model's expert projections safe at 4 bits? gate|up and down, each.
 
-Each variant stores the routed experts' two stacks (gate|up [E, C, 2F], down [E, F, C]) as it
+Each variant stores the routed experts' two stacks (gate|up [E, C, 2F] -- Nemotron-H's relu^2 experts: up [E, C, F] --, down [E, F, C]) as it
 says and every other weight as its base recipe says, builds the decode module with the recipe's
 `WeightBuilder` (the values the bundle stores) and runs it teacher-forced in torch with fp32
 sums (`accumulation.accumulate_in_fp32`): the recipe's error, not this runtime's fp16 sums.
@@ -41,10 +41,11 @@ VARIANTS = {"experts float": ("float16", "float16"), "experts int8": ("int8", "i
 
 
 def expert_stacks(model) -> tuple[list[str], list[str]]:
-    """The plan names of the gate|up stacks and the down stacks (every MoE layer)."""
+    """The plan names of the input-side stacks (gate|up; Nemotron-H's relu^2 experts: up) and of
+    the down stacks, every MoE layer: each layer builds its input-side stack, then its down one."""
     entries = TorchRunner(model, "int8").builder.entries
     stacks = [e.name for e in entries if e.rows_read is not None]
-    return [n for n in stacks if n.startswith("{")], [n for n in stacks if not n.startswith("{")]
+    return stacks[0::2], stacks[1::2]
 
 
 def run_variant(model, base: str, gate_up: str, down: str, stacks, streams, refs) -> dict:

@@ -258,6 +258,9 @@ def test_bad_configs_are_refused_in_one_line(folder, family, tmp_path, edit, say
 # 0.3; granitemoehybrid 0.006). Diagnosed, not a bug: the fixtures' layers write updates as large
 # as the residual and int4 noise flips their random top-2 routing; Granite's multipliers shrink
 # each update to 0.02 of the residual (docs/quantization.md, benchmarks/int4_ablation.py).
+# int4keepproj on those three families is tested on trained weights instead: tests/test_trained_moe.py
+# (tests/data/{lfm2_moe,qwen3_5_moe,nemotron_h_moe}_pydoc: gate passed, confident top-1s kept,
+# 4-bit experts).
 @pytest.mark.parametrize("quant", ["int8keepproj", "int4keepproj"])
 def test_quantized_recipes_pass_their_gates_with_the_router_in_float(folder, family, model, tmp_path, quant):
     if quant == "int4keepproj" and family.name != "granitemoehybrid":
@@ -267,8 +270,10 @@ def test_quantized_recipes_pass_their_gates_with_the_router_in_float(folder, fam
     plan, spec = b.manifest.plan_tensors, model.config.moe
     stacks = [e for e in plan if e.get("rows_read")]
     assert len(stacks) == 2 * len(moe_layers(model.config))
-    # int8 stacks under both recipes until a gathered 4-bit stack exists (quant.plan.WeightBuilder.experts)
-    bits = ("int8",) if quant == "int8keepproj" else ("int8", "int4")
-    assert all(e["dtype"] in bits and e["rows_read"] == spec.top_k and e["shape"][0] == spec.experts for e in stacks)
+    # int4keepproj's experts are 4-bit where trained weights measured them safe, else int8
+    # (quant.plan.WeightBuilder.experts)
+    four_bit = quant == "int4keepproj" and model.architecture.int4_safe_experts
+    assert all(e["dtype"] == ("int4" if four_bit else "int8") and e["rows_read"] == spec.top_k
+               and e["shape"][0] == spec.experts for e in stacks)  # fmt: skip
     routers = [e for e in plan if e["role"] == "router"]
     assert routers and all(e["dtype"] == "float32" for e in routers)

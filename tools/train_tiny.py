@@ -102,6 +102,9 @@ class Trainee:
     save: Callable[[Path], Path]
     describe: dict  # what the log's start entry says of the model (e.g. {"dims": ...})
     after_step: Callable[[], None] | None = None  # e.g. a mixture of experts' load balancing
+    # A training-only loss of the last forward, added to the cross-entropy (e.g. a mixture of
+    # experts' load-balancing loss); the log's "loss" stays the cross-entropy, this is "aux_loss".
+    aux_loss: Callable[[], torch.Tensor] | None = None
 
 
 @torch.no_grad()
@@ -176,8 +179,9 @@ def train(args, build: Callable[[argparse.Namespace], Trainee], log_name: str = 
         window = torch.stack([train_ids[o : o + args.ctx + 1] for o in offsets.tolist()]).to(args.device)
         logits = trainee.forward(window[:, :-1])
         loss = F.cross_entropy(logits.flatten(0, 1), window[:, 1:].flatten())
+        aux = trainee.aux_loss() if trainee.aux_loss is not None else None
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        (loss if aux is None else loss + aux).backward()
         grad_norm = torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         if trainee.after_step is not None:
@@ -185,7 +189,7 @@ def train(args, build: Callable[[argparse.Namespace], Trainee], log_name: str = 
         if step % args.log_every == 0 or step == args.steps - 1:
             seconds = time.perf_counter() - start
             record({"step": step, "loss": round(loss.item(), 4), "lr": lr, "grad_norm": round(grad_norm.item(), 3),
-                    "seconds": round(seconds, 1)})  # fmt: skip
+                    "seconds": round(seconds, 1), **({} if aux is None else {"aux_loss": round(aux.item(), 5)})})  # fmt: skip
             rate = (step + 1) * args.batch * args.ctx / seconds
             print(f"step {step:5d}  loss {loss.item():.4f}  lr {lr:.2e}  {seconds:7.1f} s  {rate:,.0f} bytes/s", flush=True)
         if args.eval_every and step and step % args.eval_every == 0:
