@@ -114,8 +114,10 @@ def test_moe_training_run_writes_a_folder_ssmport_loads_with_its_byte_vocab(tmp_
     write_stream(data / "validation.u16", 300, seed=2)
     out = tmp_path / "run"
     argv = ["--data", str(data), "--out", str(out), "--steps", "3", "--batch", "2", "--ctx", "16", "--warmup", "1",
-            "--eval-every", "0", "--device", "cpu", "--hidden", "64", "--layers", "conv,full_attention,conv",
-            "--dense-layers", "1", "--ffn", "96", "--experts", "4", "--moe-ffn", "32", "--balance-rate", "0.01"]  # fmt: skip
+            "--eval-every", "0", "--device", "cpu", "--family", "lfm2_moe", "--set", "hidden_size=64",
+            "--set", "num_hidden_layers=3", "--set", 'layer_types=["conv", "full_attention", "conv"]',
+            "--set", "num_dense_layers=1", "--set", "intermediate_size=96", "--set", "num_experts=4",
+            "--set", "moe_intermediate_size=32", "--balance-rate", "0.01"]  # fmt: skip
     assert train_moe.main(argv) == 0
     log = [json.loads(line) for line in (out / train_moe.LOG).read_text().splitlines()]
     assert log[0]["config"]["num_experts"] == 4 and log[-2]["event"] == "end" and log[-1]["event"] == "expert_shares"
