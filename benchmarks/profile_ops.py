@@ -76,24 +76,36 @@ def by_op_type(per_call: list[list[tuple[str, int]]]) -> dict[str, dict]:
     whole = sum(totals.values())
     return {k: {"ms": v / 1e6, "share": v / whole, "ops": counts[k]} for k, v in totals.most_common()}
 
+def slowest(per_call: list[list[tuple[str, int]]], k: int) -> list[dict]:
+    """The k slowest single ops, each by its position in the call (the same op every call: the
+    last matmul of a decode call is the LM head), its minimum over the calls."""
+    n = min(len(c) for c in per_call)
+    ops = [{"index": i, "op": op_type(per_call[0][i][0]), "ms": min(c[i][1] for c in per_call) / 1e6} for i in range(n)]
+    return sorted(ops, key=lambda o: -o["ms"])[:k]
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("bundle")
     p.add_argument("--calls", type=int, default=8)
     p.add_argument("--function", default="main", help="main (one decode step) or prefill (one full chunk)")
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--slowest", type=int, default=0, help="also list the K slowest single ops, by position in the call")
     p.add_argument("--json", action="store_true")
     a = p.parse_args()
     per_call, profiled_ms = profile(Bundle.open(a.bundle), a.calls, function=a.function)
-    table = by_op_type(per_call)
+    table, single = by_op_type(per_call), slowest(per_call, a.slowest)
     if a.json:
-        print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table}, indent=2))
+        print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table} | ({"slowest": single} if single else {}), indent=2))
         return
     total = sum(r["ms"] for r in table.values())
     print(f"{a.bundle}: {len(per_call[0])} timed ops per call; sum of per-op minima {total:.1f} ms "
           f"(profiled call {profiled_ms:.1f} ms, profiler overhead included)")  # fmt: skip
     for name, r in list(table.items())[: a.top]:
         print(f"  {name:36} {r['ms']:8.2f} ms {100 * r['share']:5.1f}% {r['ops']:5d} ops")
+    if single:
+        print(f"the {len(single)} slowest single ops (position in the call of {len(per_call[0])}):")
+        for o in single:
+            print(f"  #{o['index']:<5} {o['op']:30} {o['ms']:8.2f} ms {100 * o['ms'] / total:5.1f}%")
 
 if __name__ == "__main__":
     main()
