@@ -21,11 +21,13 @@ def main() -> None:
     ap.add_argument("budget", help="e.g. 2.5GB")
     ap.add_argument("--synthetic", action="store_true")
     ap.add_argument("--json", help="write the plan record here")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads for the calibration steps (a 4B model on a many-core machine)")
     args = ap.parse_args()
     started = time.perf_counter()
     model = load_model(args.model, synthetic=args.synthetic)
     passes = [0]
-    plan = plan_auto(model, parse_size(args.budget), on_pass=lambda: passes.__setitem__(0, passes[0] + 1))
+    plan = plan_auto(model, parse_size(args.budget), on_pass=lambda: passes.__setitem__(0, passes[0] + 1),
+                     threads=args.threads)
     r = plan.record
     print(f"{args.model}{' (synthetic)' if args.synthetic else ''}, budget {args.budget}: weights {r['plan_bytes']:,} "
           f"bytes + {r['reserved_for_graph_bytes']:,} reserved; per {r['granularity']}; {passes[0]} passes of "

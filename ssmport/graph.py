@@ -63,11 +63,16 @@ class RingRows(NamedTuple):
 
 
 class Embedding(nn.Module):
-    def __init__(self, table: nn.Parameter):
+    """Rows of a lookup table as fp32: a float Parameter, or a module whose `rows(ids)` reads
+    them (`ops.matmul.QuantizedTable`, or `auto`'s sensitivity probe)."""
+
+    def __init__(self, table: nn.Parameter | nn.Module):
         super().__init__()
         self.weight = table
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if isinstance(self.weight, nn.Module):
+            return self.weight.rows(ids)
         return F.embedding(ids, self.weight).float()
 
 

@@ -9,7 +9,8 @@ import pytest
 
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main
-from ssmport.quant.auto import FORMS, _choose, _Group
+from ssmport.quant.auto import FORMS, TABLE_FORMS, _choose, _Group
+from ssmport.quant import get_recipe
 from ssmport.quant.budget import parse_size
 
 BUDGET = "3.5MB"  # between int4keepproj's plan (2.95 MB) and int8keepproj's (5.28 MB)
@@ -34,6 +35,25 @@ def test_auto_fits_its_budget_and_passes_its_gate(auto_bundle):
     assert integer and all(rows[e["name"]]["chosen"] == e["dtype"] for e in integer)
     # the budget lies below every-matmul-int8: auto had to lower some tensors to 4 bits
     assert {"int8", "int4"} <= set(m.plan["summary"]["by_dtype"])
+    # every matmul at int4 would leave room for a 16-bit embedding: it is not lowered
+    (emb,) = [e for e in m.plan_tensors if e["role"] == "embedding"]
+    assert emb["dtype"] == "float16" and emb["name"] not in rows
+
+
+def test_a_budget_only_an_integer_table_meets_lowers_the_embedding(bundles, export_fn):
+    """2.6 MB lies below every matmul int4 with a 16-bit embedding (2.63 MiB): the embedding
+    becomes a candidate, stored by row as chosen, and the bundle (run by the gate) fits."""
+    b = export_fn("rwkv7-pydoc", bundles / "auto-table", quant="auto", size_budget="2.6MB", prefill_chunk=None)
+    m = Bundle.open(b.path).manifest
+    auto = m.plan["auto"]
+    rows = {g["group"]: g for g in auto["sensitivity"]}
+    (emb,) = [e for e in m.plan_tensors if e["role"] == "embedding"]
+    assert emb["dtype"] == rows[emb["name"]]["chosen"] in ("int8", "int4") and emb["block"] == 32
+    assert set(rows[emb["name"]]["mse"]) == set(TABLE_FORMS)
+    assert m.asset.bytes <= parse_size("2.6MB")
+    # the Core AI runtime's logits stay within the recipe's limit of the fp32 reference (its
+    # top-1 verdict at this budget, nearly every matmul int4, is the gate's to report)
+    assert m.gate.max_rel_logit_delta <= get_recipe("auto").gate.max_rel_logit_delta
 
 
 def test_inspect_shows_the_choice_and_the_sensitivity_table(auto_bundle, capsys):
@@ -45,7 +65,7 @@ def test_inspect_shows_the_choice_and_the_sensitivity_table(auto_bundle, capsys)
 
 
 @pytest.mark.parametrize("argv, says", [
-    (["--quant", "auto", "--size-budget", "1MB"], "below the smallest rwkv7-pydoc bundle auto can make: 2,"),
+    (["--quant", "auto", "--size-budget", "1MB"], "below the smallest rwkv7-pydoc bundle auto can make: 2,639,872 bytes"),
     (["--quant", "auto", "--size-budget", "3.5XB"], "--size-budget '3.5XB' is not a size"),
     (["--quant", "auto"], "--quant auto needs --size-budget SIZE"),
     (["--quant", "int8keepproj", "--size-budget", "3MB"], "--size-budget applies to --quant auto only"),

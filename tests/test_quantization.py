@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import numpy as np
@@ -10,6 +11,7 @@ import torch
 
 from rwkv7_files import Dims, blinkdl_state_dict, write_pth
 from ssmport.cli.main import main
+from ssmport.graph import Embedding
 from ssmport.quant import BLOCK_SIZE, get_recipe
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.quant.int8 import dequantize_int8_blockwise, quantize_int8_blockwise
@@ -65,6 +67,25 @@ def test_int4_blockwise_against_numpy(affine):
     assert (dequantize_blockwise(b)[32:64, 3] == 0).all()
     # 4-bit data packs two to a byte; scales are fp16 and zero points 4-bit, one per block
     assert b.nbytes == 96 * 40 // 2 + 3 * 40 * 2 + (3 * 40 // 2 if affine else 0)
+
+
+@pytest.mark.parametrize("form, bound", [("int8", 127), ("int4", 7)])
+def test_quantized_table_reads_the_rows_numpy_dequantizes(form, bound):
+    """An embedding table an `auto` plan stores as integers: symmetric blocks of 32 along the
+    width, one fp16 scale each; a lookup dequantizes only the rows it reads."""
+    table = torch.randn(50, 96, generator=torch.Generator().manual_seed(2))
+    table[7, 32:64] = 0.0  # an all-zero block
+    b = WeightBuilder(dataclasses.replace(get_recipe("auto"), per_tensor=(("emb", form),)), lambda name: False)
+    embed = Embedding(b.table("emb", table, "embedding"))
+    ids = torch.tensor([[3, 49, 0, 3, 7]])
+    blocks = table.numpy().reshape(50, 3, 32)
+    scale = (np.abs(blocks).max(axis=2, keepdims=True) / bound).astype(np.float16).astype(np.float32)
+    q = np.clip(np.round(np.divide(blocks, scale, out=np.zeros_like(blocks), where=scale > 0)), -bound, bound)
+    expect = (q * scale).reshape(50, 96)[ids[0].numpy()]
+    np.testing.assert_allclose(embed(ids)[0].numpy(), expect, rtol=0, atol=1e-6)
+    (entry,) = b.entries
+    assert (entry.dtype, entry.block, entry.shape) == (form, BLOCK_SIZE, (50, 96))
+    assert entry.bytes == 50 * 96 * (8 if form == "int8" else 4) // 8 + 50 * 3 * 2
 
 
 def test_int4keepproj_plan(blinkdl_pth):

@@ -244,7 +244,33 @@ class Int4Experts(Int8Experts):
     level is an fp16 integer), which needs no integer bit operations of the runtime."""
 
     def _values(self, packed: torch.Tensor) -> torch.Tensor:
-        p = packed.to(self.scale.dtype)
-        high = torch.floor(p * (1 / 16))
-        low = p - 16 * high
-        return torch.cat([low, high], dim=-1) - NIBBLE_OFFSET
+        return unpack_nibbles(packed, self.scale.dtype)
+
+
+def unpack_nibbles(packed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """`pack_nibbles`' levels back, as `dtype` [..., 2 * packed.shape[-1]]: split in float
+    arithmetic (exact: every byte value and level is an fp16 integer), no integer bit ops."""
+    p = packed.to(dtype)
+    high = torch.floor(p * (1 / 16))
+    low = p - 16 * high
+    return torch.cat([low, high], dim=-1) - NIBBLE_OFFSET
+
+
+class QuantizedTable(nn.Module):
+    """A lookup table [rows, width] stored as symmetric int8 or 4-bit blocks of 32 along the
+    width: Q [rows, width] int8 or packed [rows, width/2] uint8 (`pack_nibbles`), fp16 scales
+    [rows, width/32]. `rows(ids)` gathers the chosen rows' Q and scales and dequantizes only
+    those (fp32), so a token reads one row, as from a float table."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bits: int):
+        super().__init__()
+        self.q = nn.Parameter(q.contiguous(), requires_grad=False)
+        self.scale = nn.Parameter(scale.contiguous(), requires_grad=False)
+        self.bits = bits
+
+    def rows(self, ids: torch.Tensor) -> torch.Tensor:
+        q, scale = self.q[ids], self.scale[ids].float()
+        levels = unpack_nibbles(q, torch.float32) if self.bits == 4 else q.float()
+        blocks = scale.shape[-1]
+        w = levels.unflatten(-1, (blocks, -1)) * scale.unsqueeze(-1)
+        return w.flatten(-2)

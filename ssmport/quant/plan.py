@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from ssmport.loader.checkpoint import storage_key
-from ssmport.ops.matmul import BlockwiseMatmul, FloatExperts, FloatMatmul, Int4Experts, Int8Experts, pack_nibbles
+from ssmport.ops.matmul import (BlockwiseMatmul, FloatExperts, FloatMatmul, Int4Experts, Int8Experts, QuantizedTable,
+                                pack_nibbles)
 from ssmport.quant.blockwise import Blockwise, quantize_blockwise
 from ssmport.quant.recipes import BLOCK_SIZE, FLOAT, Recipe
 from ssmport.state import dtype_name
@@ -116,9 +117,16 @@ class WeightBuilder:
         return self.recipe.storage(name, role, self.keeps_float(name), self.int8_safe(name), expert_stack,
                                    self.int4_safe_experts)  # fmt: skip
 
-    def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
-        """A lookup table (embedding), stored in the recipe's float dtype."""
-        return self._param(name, value.to(self.recipe.float_dtype), role)
+    def table(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter | QuantizedTable:
+        """A lookup table (embedding) [rows, width], stored in the recipe's float dtype, or where
+        an `auto` plan chose integers, as symmetric blocks of 32 along the width read by row."""
+        bits = self.recipe.table_bits(name)
+        if bits is FLOAT or value.shape[1] % BLOCK_SIZE:
+            return self._param(name, value.to(self.recipe.float_dtype), role)
+        b = _quantize_in_column_chunks(value.t(), bits, False)  # blocks along the width
+        q, scale = b.q.t(), b.scale.t()
+        self._record(name, role, tuple(q.shape), b.storage_dtype, BLOCK_SIZE, b.nbytes)
+        return self._keep(QuantizedTable(pack_nibbles(q) if bits == 4 else q, scale, bits))
 
     def vector(self, name: str, value: torch.Tensor, role: str) -> nn.Parameter:
         """A per-channel operand of fp32 elementwise math (norm gains, mixes, biases).

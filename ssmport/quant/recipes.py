@@ -78,6 +78,12 @@ class Recipe:
             bits = max(bits, self.expert_bits)
         return bits, self.zero_point
 
+    def table_bits(self, name: str) -> int | None:
+        """The integer width of lookup table `name` (symmetric blocks along its width), or FLOAT:
+        only an `auto` plan stores a table as integers; every fixed recipe keeps tables float."""
+        chosen = dict(self.per_tensor).get(name) if self.per_tensor else None
+        return FLOAT if chosen is None else STORAGE[chosen][0]
+
     def weight_bits(self, keeps_float: bool, role: str = "", int8_safe: bool = False) -> int | None:
         """The integer width of a matmul weight under this recipe (FLOAT: it stays float), given
         the architecture's verdicts on it (`keeps_float`: it feeds the recurrence, or is
