@@ -204,8 +204,8 @@ class FloatExperts(ExpertStack, nn.Module):
 # the same fp16 weights as level x scale in fp16 (a level of at most 8 bits times an 11-bit fp16
 # significand is exact in fp32, so one rounding either way), but this runtime emulates fp16
 # elementwise ops: one MoE layer of LFM2-8B-A1B (4 of 32 experts, 2048 x 3584 + 1792 x 2048,
-# int4) spent 1,020 ms of a 3,859 ms call in fp16 mul / sub / floor and 88 ms in fp32
-# (benchmarks/moe_int4_forms.py; benchmarks/README.md, LFM2-8B-A1B).
+# int4) spent 1,023 ms of a 3,868 ms call in fp16 mul / sub / floor, and 106 ms in the fp32 ones
+# of `Int4Experts` below (benchmarks/moe_int4_forms.py; benchmarks/README.md, LFM2-8B-A1B).
 class Int8Experts(ExpertStack, nn.Module):
     """The int8 form of `FloatExperts`: Q [E, in, out] int8 and fp16 scales [E, in/32, out].
 
@@ -258,7 +258,7 @@ class Int4Experts(Int8Experts):
     every call. The nibbles are split in float arithmetic (exact: every byte value and every
     level is an integer), which needs no integer bit operations of the runtime, and into a
     [n, 2, in, out/2] weight by broadcasting, not concatenated into [n, in, out]: this runtime
-    concatenated the gathered halves at ~130 MB/s (1,325 ms of a 3,859 ms LFM2-8B-A1B MoE layer,
+    wrote the concatenated halves at ~66 MB/s (1,317 ms of a 3,868 ms LFM2-8B-A1B MoE layer,
     benchmarks/moe_int4_forms.py). `times` multiplies by both halves in one batched matmul, whose
     [.., 2, 1, out/2] result is already the row [.., 1, out]."""
 
