@@ -22,9 +22,8 @@ from ssmport.bundle import Bundle
 from ssmport.runtime import Runner
 from ssmport.runtime.op_count import CALL_EVENT, op_type
 
-def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main") -> tuple[list[list[tuple[str, int]]], float]:
-    """Each op's (name, ns) of `calls` calls of `function` (main: one token on running states;
-    prefill: one full chunk from zero states), after `warmup` calls; and the ms per profiled call."""
+def recorder():
+    """(a runtime `Profiler`, the list it appends each finished event's (name, ns) to)."""
     from coreai.runtime import Profiler
 
     starts: dict[int, tuple[str, int]] = {}
@@ -38,8 +37,27 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main")
         name, t0 = starts.pop(interval)
         intervals.append((name, event.timestamp - t0))
 
+    return Profiler(on_log_event_begin=begin, on_log_event_end=end), intervals
+
+
+def per_call(intervals: list[tuple[str, int]]) -> list[list[tuple[str, int]]]:
+    """The recorded events split into calls: each call's ops (name, ns), in order."""
+    calls, current = [], []
+    for name, ns in intervals:
+        if name == CALL_EVENT:
+            calls.append(current)
+            current = []
+        else:
+            current.append((name, ns))
+    return calls
+
+
+def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main") -> tuple[list[list[tuple[str, int]]], float]:
+    """Each op's (name, ns) of `calls` calls of `function` (main: one token on running states;
+    prefill: one full chunk from zero states), after `warmup` calls; and the ms per profiled call."""
+    profiler, intervals = recorder()
     rng = np.random.default_rng(0)
-    with Runner(bundle, profiler=Profiler(on_log_event_begin=begin, on_log_event_end=end)) as runner:
+    with Runner(bundle, profiler=profiler) as runner:
         if function == "main":
             call = lambda: runner.step(int(rng.integers(1, runner.vocab_size)))  # noqa: E731
         elif runner.has_prefill and runner.layout.name == "ssmport":
@@ -56,14 +74,7 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main")
         for _ in range(calls):
             call()
         profiled_ms = 1000 * (time.perf_counter() - start) / calls
-    per_call, current = [], []
-    for name, ns in intervals:
-        if name == CALL_EVENT:
-            per_call.append(current)
-            current = []
-        else:
-            current.append((name, ns))
-    return per_call, profiled_ms
+    return per_call(intervals), profiled_ms
 
 def by_op_type(per_call: list[list[tuple[str, int]]]) -> dict[str, dict]:
     n = min(len(c) for c in per_call)

@@ -191,12 +191,11 @@ class ExpertMixture(nn.Module):
 
     def _gathered(self, h: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """Each token's k experts: their weights gathered by index, one batched matmul each."""
-        s, (T, C), k, Fe = self.spec, h.shape, self.spec.top_k, self.spec.width
+        (T, C), k = h.shape, self.spec.top_k
         idx = chosen.reshape(T * k)
         dt = self.gate_up.dtype
-        x = h.to(dt).view(T, 1, 1, C)
-        a = self._activate((x @ self.gate_up.select(idx).view(T, k, C, (2 if s.gated else 1) * Fe)).float())
-        y = a.to(dt) @ self.down.select(idx).view(T, k, Fe, C)  # [T, k, 1, C]
+        a = self._activate(self.gate_up.times(h.to(dt).view(T, 1, 1, C), idx).float())  # [T, k, 1, (2)F]
+        y = self.down.times(a.to(dt), idx)  # [T, k, 1, C]
         return (y.float().view(T, k, C) * weights.view(T, k, 1)).sum(1)
 
     def _activate(self, a: torch.Tensor) -> torch.Tensor:

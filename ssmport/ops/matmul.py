@@ -162,7 +162,20 @@ class Int8Matmul(BlockwiseMatmul):
         super().__init__(q, scale, out_dtype=out_dtype)
 
 
-class FloatExperts(nn.Module):
+class ExpertStack:
+    """What every stack of per-expert weights [E, in, out] read by expert index offers (the export
+    forms below, the gate's and `auto`'s probes): `select(idx)` the chosen experts' weights
+    [n, in, out], `whole()` the stack, and `times(x, idx)` a token's rows times its chosen experts'
+    weights, the form `models.moe.ExpertMixture` applies them in."""
+
+    def times(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        """x [T, 1 or k, 1, in] @ the chosen experts' weights (idx [T*k]: token t's k experts at
+        t*k..) -> [T, k, 1, out]."""
+        w = self.select(idx)
+        return x @ w.view(x.shape[0], -1, *w.shape[1:])
+
+
+class FloatExperts(ExpertStack, nn.Module):
     """A stack of per-expert weights W[e] [in, out] (fp32 or fp16), read by expert index.
 
     `select(idx)` reads only the chosen experts' weights (a gather on the stack: what a
@@ -187,7 +200,13 @@ class FloatExperts(nn.Module):
         return self.weight
 
 
-class Int8Experts(nn.Module):
+# Integer experts are dequantized in fp32 elementwise ops and rounded to the scales' dtype once:
+# the same fp16 weights as level x scale in fp16 (a level of at most 8 bits times an 11-bit fp16
+# significand is exact in fp32, so one rounding either way), but this runtime emulates fp16
+# elementwise ops: one MoE layer of LFM2-8B-A1B (4 of 32 experts, 2048 x 3584 + 1792 x 2048,
+# int4) spent 1,023 ms of a 3,868 ms call in fp16 mul / sub / floor, and 106 ms in the fp32 ones
+# of `Int4Experts` below (benchmarks/moe_int4_forms.py; benchmarks/README.md, LFM2-8B-A1B).
+class Int8Experts(ExpertStack, nn.Module):
     """The int8 form of `FloatExperts`: Q [E, in, out] int8 and fp16 scales [E, in/32, out].
 
     The chosen experts' Q and scales are gathered first and dequantized after, in plain ops
@@ -202,16 +221,12 @@ class Int8Experts(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.scale.dtype
 
-    def _values(self, q: torch.Tensor) -> torch.Tensor:
-        """The integer levels of gathered Q, as the scales' dtype [n, in, out]."""
-        return q.to(self.scale.dtype)
-
     def _dequantize(self, q: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        w = self._values(q)
+        w = q.float()
         n, n_in, n_out = w.shape
         blocks = scale.shape[1]
-        w = w.view(n, blocks, n_in // blocks, n_out) * scale.view(n, blocks, 1, n_out)
-        return w.view(n, n_in, n_out)
+        w = w.view(n, blocks, n_in // blocks, n_out) * scale.float().view(n, blocks, 1, n_out)
+        return w.view(n, n_in, n_out).to(self.dtype)
 
     def select(self, idx: torch.Tensor) -> torch.Tensor:
         return self._dequantize(self.q[idx], self.scale[idx])
@@ -227,7 +242,7 @@ NIBBLE_OFFSET = 8
 def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
     """Symmetric 4-bit levels q [..., out] (int8 in [-7, 7]) two to a byte: uint8 [..., out/2]
     holding column j in the low nibble and column j + out/2 in the high one (halves, not
-    neighbours, so unpacking is a concatenation rather than an interleave)."""
+    neighbours, so each nibble's columns are one contiguous half of the output)."""
     half = q.shape[-1] // 2
     n = (q.to(torch.int16) + NIBBLE_OFFSET).to(torch.uint8)
     return n[..., :half] + 16 * n[..., half:]
@@ -235,21 +250,51 @@ def pack_nibbles(q: torch.Tensor) -> torch.Tensor:
 
 class Int4Experts(Int8Experts):
     """The 4-bit form of `FloatExperts`: packed Q [E, in, out/2] uint8 (`pack_nibbles`: two
-    symmetric 4-bit levels a byte, so the asset holds half a byte per weight) and fp16 scales
-    [E, in/32, out].
+    symmetric 4-bit levels a byte, so the asset holds half a byte per weight) and fp16 scales,
+    stored as [E, 2, in/32, out/2] (the low nibbles' output half, then the high nibbles').
 
     As `Int8Experts`, the chosen experts are gathered first and dequantized after in plain ops:
     the constexpr sub-byte dequantization of `BlockwiseMatmul` would expand the whole stack on
     every call. The nibbles are split in float arithmetic (exact: every byte value and every
-    level is an fp16 integer), which needs no integer bit operations of the runtime."""
+    level is an integer), which needs no integer bit operations of the runtime, and into a
+    [n, 2, in, out/2] weight by broadcasting, not concatenated into [n, in, out]: this runtime
+    wrote the concatenated halves at ~66 MB/s (1,317 ms of a 3,868 ms LFM2-8B-A1B MoE layer,
+    benchmarks/moe_int4_forms.py). `times` multiplies by both halves in one batched matmul, whose
+    [.., 2, 1, out/2] result is already the row [.., 1, out]."""
 
-    def _values(self, packed: torch.Tensor) -> torch.Tensor:
-        return unpack_nibbles(packed, self.scale.dtype)
+    def __init__(self, packed: torch.Tensor, scale: torch.Tensor):
+        E, blocks, n_out = scale.shape
+        super().__init__(packed, scale.view(E, blocks, 2, n_out // 2).transpose(1, 2))
+        # levels = p * KEEP + floor(p / 16) * SPLIT - 8: the low nibble (p - 16 high) in row 0, the high in row 1
+        self.register_buffer("keep", torch.tensor([1.0, 0.0]).view(2, 1, 1), persistent=False)
+        self.register_buffer("split", torch.tensor([-16.0, 1.0]).view(2, 1, 1), persistent=False)
+
+    def _halves(self, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        """Gathered packed Q [n, in, out/2] and scales [n, 2, in/32, out/2] -> weights [n, 2, in, out/2]."""
+        p = packed.float().unsqueeze(1)  # [n, 1, in, out/2]
+        levels = p * self.keep + torch.floor(p * (1 / 16)) * self.split - NIBBLE_OFFSET  # [n, 2, in, out/2]
+        n, _, n_in, half = levels.shape
+        blocks = scale.shape[2]
+        w = levels.view(n, 2, blocks, n_in // blocks, half) * scale.float().view(n, 2, blocks, 1, half)
+        return w.view(n, 2, n_in, half).to(self.dtype)
+
+    def _dequantize(self, packed: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        w = self._halves(packed, scale)  # [n, 2, in, out/2] -> [n, in, out]
+        n, _, n_in, half = w.shape
+        return w.transpose(1, 2).reshape(n, n_in, 2 * half)
+
+    def times(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        w = self._halves(self.q[idx], self.scale[idx])
+        n, _, n_in, half = w.shape
+        y = x.unsqueeze(2) @ w.view(x.shape[0], -1, 2, n_in, half)  # [T, k, 2, 1, out/2]
+        return y.view(*y.shape[:2], 1, 2 * half)
 
 
 def unpack_nibbles(packed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """`pack_nibbles`' levels back, as `dtype` [..., 2 * packed.shape[-1]]: split in float
-    arithmetic (exact: every byte value and level is an fp16 integer), no integer bit ops."""
+    arithmetic (exact: every byte value and level is an fp16 integer), no integer bit ops. The
+    halves are concatenated: for a table's few rows a token reads, unlike an expert stack's
+    weights (`Int4Experts._halves`), that copy costs nothing."""
     p = packed.to(dtype)
     high = torch.floor(p * (1 / 16))
     low = p - 16 * high

@@ -32,6 +32,7 @@ import torch
 from torch import nn
 
 from ssmport.errors import SsmportError
+from ssmport.ops.matmul import ExpertStack
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.recipes import BLOCK_SIZE, RECIPES, Recipe
@@ -68,7 +69,7 @@ def lowered(weight: torch.Tensor, form: str) -> torch.Tensor:
     return dequantize_blockwise(quantize_blockwise(weight, 8 if form == "int8" else 4, form == "uint4"))
 
 
-class _Probe(nn.Module):
+class _Probe(ExpertStack, nn.Module):
     """A matmul `x @ W` (or an expert stack read by index) with W fp32, that `lower` replaces by
     a stored form's values, its inputs then rounded to fp16 as the bundle's 16-bit matmuls take
     them; sums stay fp32 (the form's own error, not this runtime's fp16 sums)."""
