@@ -6,10 +6,12 @@ and a budget without auto are one line each. The greedy choice is checked on han
 from __future__ import annotations
 
 import pytest
+import torch
 
 from ssmport.bundle import Bundle
 from ssmport.cli.main import main
-from ssmport.quant.auto import FORMS, TABLE_FORMS, _choose, _Group
+from ssmport.loader.resolve import load_model
+from ssmport.quant.auto import FORMS, TABLE_FORMS, _choose, _Group, plan_auto
 from ssmport.quant import get_recipe
 from ssmport.quant.budget import parse_size
 
@@ -102,3 +104,25 @@ def test_choice_lowers_the_cheapest_error_per_byte_first_and_fits():
     assert _choose(groups, room) == _choose(list(reversed(groups)), room)  # order does not matter
     tight = sum(g.bytes["int4"] for g in groups)
     assert _choose(groups, tight) == {"a": "int4", "b": "int4"}  # zero points measured, not chosen
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_calibration_runs_on_the_threads_asked_and_restores_the_callers():
+    model = load_model("rwkv7-pydoc")
+    seen = []
+
+    def stop_after_first_pass():
+        seen.append(torch.get_num_threads())
+        raise _Stop
+
+    caller = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with pytest.raises(_Stop):
+            plan_auto(model, parse_size(BUDGET), on_pass=stop_after_first_pass, threads=1)
+        assert seen == [1] and torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(caller)

@@ -278,11 +278,6 @@ class _WindowBuilder(WeightBuilder):
             return FloatMatmul(weight_in_out, out_dtype)
         return super().matmul(name, weight_in_out, role, out_dtype)
 
-    def table(self, name, value, role):
-        if value.is_meta:  # shape only, as a float matmul's placeholder
-            return nn.Parameter(value, requires_grad=False)
-        return super().table(name, value, role)
-
     def experts(self, name, stack_in_out, role, rows_read):
         if stack_in_out.is_meta:
             return FloatExperts(stack_in_out)

@@ -211,7 +211,7 @@ def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None, 
                            f"{smallest:,} bytes ({smallest / (1 << 20):.2f} MB: every matmul and table int4, the rest 16-bit)")  # fmt: skip
     streams = calibration_streams(model)
     run = _Runner(module, specs, streams)
-    threads = torch.get_num_threads()
+    caller_threads = torch.get_num_threads()
     torch.set_num_threads(threads)  # one-token steps at 0.1B: 8 ms on one thread, 30x that on two busy cores
     try:
         reference = run()
@@ -228,7 +228,7 @@ def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None, 
             for c in g.members:
                 c.probe.lower(None)
     finally:
-        torch.set_num_threads(threads)
+        torch.set_num_threads(caller_threads)
     choice = _choose(groups, budget - reserve - builder.fixed_bytes)
     per_tensor = tuple(sorted((c.name, choice[g.name]) for g in groups for c in g.members))
     plan_bytes = builder.fixed_bytes + sum(g.bytes[choice[g.name]] for g in groups)
@@ -277,6 +277,10 @@ class _Runner:
         return torch.stack(rows).numpy()
 
 
+def _is_expert_stack(c: _Candidate) -> bool:
+    return len(c.shape) == 3
+
+
 def _groups(candidates: list[_Candidate]) -> list[_Group]:
     if len(candidates) <= MAX_TENSOR_GROUPS:
         parts = [(c.name, c.role, [c]) for c in candidates]
@@ -284,7 +288,7 @@ def _groups(candidates: list[_Candidate]) -> list[_Group]:
         by: dict[tuple[str, tuple[str, ...]], list[_Candidate]] = defaultdict(list)
         for c in candidates:
             by[(c.role, c.forms)].append(c)
-        parts = [(f"{role} ({len(cs)} tensors{', experts' if forms == EXPERT_FORMS and role != 'embedding' else ''})", role, cs)
+        parts = [(f"{role} ({len(cs)} tensors{', experts' if _is_expert_stack(cs[0]) else ''})", role, cs)
                  for (role, forms), cs in by.items()]  # fmt: skip
     groups = []
     for name, role, members in parts:

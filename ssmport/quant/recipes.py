@@ -70,7 +70,7 @@ class Recipe:
     def storage(self, name: str, role: str, keeps_float: bool, int8_safe: bool = False,
                 expert_stack: bool = False, int4_safe_experts: bool = False) -> tuple[int | None, bool]:  # fmt: skip
         """(integer width or FLOAT, affine) of the matmul weight (or expert stack) `name`."""
-        chosen = dict(self.per_tensor).get(name) if self.per_tensor else None
+        chosen = self._chosen(name)
         if chosen is not None:
             return STORAGE[chosen]
         bits = self.weight_bits(keeps_float, role, int8_safe)
@@ -81,8 +81,12 @@ class Recipe:
     def table_bits(self, name: str) -> int | None:
         """The integer width of lookup table `name` (symmetric blocks along its width), or FLOAT:
         only an `auto` plan stores a table as integers; every fixed recipe keeps tables float."""
-        chosen = dict(self.per_tensor).get(name) if self.per_tensor else None
+        chosen = self._chosen(name)
         return FLOAT if chosen is None else STORAGE[chosen][0]
+
+    def _chosen(self, name: str) -> str | None:
+        """The stored form an `auto` plan chose for tensor `name` (a STORAGE key), else None."""
+        return dict(self.per_tensor).get(name) if self.per_tensor else None
 
     def weight_bits(self, keeps_float: bool, role: str = "", int8_safe: bool = False) -> int | None:
         """The integer width of a matmul weight under this recipe (FLOAT: it stays float), given
