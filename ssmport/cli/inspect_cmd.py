@@ -70,8 +70,10 @@ def run(args) -> int:
     summary = m.plan["summary"]
     print("weights by category:")
     for role, nbytes in sorted(summary["by_role"].items(), key=lambda kv: -kv[1]):
-        dtypes = sorted({e["dtype"] for e in m.plan_tensors if e["role"] == role})
-        print(f"  {role:12} {human_bytes(nbytes):>10}  {'/'.join(dtypes)}")
+        entries = [e for e in m.plan_tensors if e["role"] == role]
+        shares = sorted({e["shares"] for e in entries if e.get("shares")})  # a tied table, stored in the head
+        note = f" (read from {', '.join(shares)})" if shares else ""
+        print(f"  {role:12} {human_bytes(nbytes):>10}  {'/'.join(sorted({e['dtype'] for e in entries}))}{note}")
     print("weights by dtype: " + ", ".join(f"{d} {human_bytes(b)}" for d, b in summary["by_dtype"].items()))
     analytic = summary["total"]
     print(f"asset: {human_bytes(on_disk)} on disk vs {human_bytes(analytic)} analytic "
@@ -81,7 +83,8 @@ def run(args) -> int:
     if args.plan:
         for e in m.plan_tensors:
             block = f" block {e['block']}" if e["block"] else ""
-            print(f"    {e['name']:40} {e['role']:10} {str(e['shape']):16} {e['dtype']}{block} {human_bytes(e['bytes'])}")
+            shared = f" (read from {e['shares']})" if e.get("shares") else ""
+            print(f"    {e['name']:40} {e['role']:10} {str(e['shape']):16} {e['dtype']}{block} {human_bytes(e['bytes'])}{shared}")
     tok = m.tokenizer
     if tok:
         print(f"tokenizer: {tok.path} ({tok.entries} entries, sha256 {tok.sha256[:16]}…, {tok.origin})")

@@ -29,6 +29,7 @@ from ssmport.memory import return_freed_memory, section, trim_heap
 from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION
 from ssmport.progress import Stages
 from ssmport.quant.plan import WeightBuilder, storage_key
+from ssmport.quant.tied import store_tied_table_once
 from ssmport.reproducible import deterministic_names, name_folded_constants
 from ssmport.verify import DRAFT_FUNCTION, DRAFT_INPUT_NAMES, DRAFT_OUTPUT_NAMES, HIDDEN_OUTPUT, VERIFY_FUNCTION
 
@@ -77,6 +78,7 @@ def convert(
     with stages.stage("Building weights", total=total), _releasing_pages(model.weights, builder):
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
+            store_tied_table_once(module, builder)
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
             draft = arch.build_draft(cfg, model.weights, builder, module, verify, state_dtype) if verify else None
     check_buffers(module, specs)

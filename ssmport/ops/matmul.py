@@ -128,6 +128,32 @@ class FloatMatmul(nn.Module):
             y = y.reshape(*lead, self.n_out)
         return y.to(self.out_dtype)
 
+    def holds_transpose_of(self, table: torch.Tensor) -> bool:
+        """Whether W is exactly `table` [out, in] transposed, dtype included (a tied LM head)."""
+        n_in, width = self.weight.shape[-2], self.n_out // self.blocks
+        if not isinstance(table, torch.Tensor) or table.dtype != self.weight.dtype or tuple(table.shape) != (self.n_out, n_in):
+            return False
+        w = self.weight.view(self.blocks, n_in, width)
+        spans = ((b, c, min(c + TIE_CHECK_COLUMNS, width)) for b in range(self.blocks) for c in range(0, width, TIE_CHECK_COLUMNS))
+        return all(torch.equal(w[b, :, c:e], table[b * width + c:b * width + e].t()) for b, c, e in spans)
+
+    def columns(self, ids: torch.Tensor) -> torch.Tensor:
+        """Columns `ids` [T] of W as rows [T, in] fp32, read from this storage: a table tied to
+        this weight (`holds_transpose_of`) needs no copy of its own. One gather of `in` values
+        per id from the flattened weight, whose reshape keeps the one constant (an indexing
+        with a slice between the two index axes made the converter store a second copy)."""
+        n_in, width = self.weight.shape[-2], self.n_out // self.blocks
+        ids = ids.long().view(-1, 1)
+        # id = block * width + column sits at block * in * width + column + i * width
+        flat = ids + torch.arange(n_in).view(1, n_in) * width
+        if self.blocks > 1:
+            flat = flat + torch.div(ids, width, rounding_mode="floor") * ((n_in - 1) * width)
+        return self.weight.reshape(-1)[flat].float()
+
+
+# Columns compared at a time when checking a tie: no temporaries of a whole head.
+TIE_CHECK_COLUMNS = 4096
+
 
 class BlockwiseMatmul(nn.Module):
     """y = x @ dequant(Q, S[, Z]): 8- or 4-bit Q [in, out], fp16 scales S [in/32, out] and, when

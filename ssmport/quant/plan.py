@@ -8,6 +8,7 @@ the manifest; its byte total is the asset's analytic size.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 from collections.abc import Callable
@@ -33,12 +34,14 @@ class PlanEntry:
     block: int | None  # integer block length along `in`, else None
     bytes: int  # data bytes (4-bit: two to a byte), plus scale and zero-point bytes
     rows_read: int | None = None  # a stack read by index (experts): leading rows one token reads
+    shares: str | None = None  # a table read from this tensor's storage (a tied head): its bytes are there
 
     def to_json(self) -> dict:
         d = asdict(self)
         d["shape"] = list(self.shape)
-        if d["rows_read"] is None:  # only expert stacks say it
-            del d["rows_read"]
+        for optional in ("rows_read", "shares"):  # only expert stacks and shared tables say them
+            if d[optional] is None:
+                del d[optional]
         return d
 
 
@@ -65,6 +68,7 @@ class WeightBuilder:
         self.int4_safe_experts = int4_safe_experts
         self.on_store = on_store
         self.entries: list[PlanEntry] = []
+        self._entry_of: dict[int, int] = {}  # id of a stored module or Parameter -> its entry's index
         # storage_key -> the one view of it stored (offset, shape, stride, dtype)
         self._stored: dict[int, tuple] = {}
 
@@ -142,6 +146,13 @@ class WeightBuilder:
         self._record(name, role, v.shape, v.dtype, None, v.numel() * v.element_size())
         return self._keep(nn.Parameter(v, requires_grad=False))
 
+    def share(self, table, storage) -> None:
+        """Record that `table` (a stored table) is read from `storage`'s stored tensor: its
+        entry keeps its name, shape and dtype, with no bytes of its own."""
+        entry = self.entries[self._entry_of[id(table)]]
+        owner = self.entries[self._entry_of[id(storage)]]
+        self.entries[self._entry_of[id(table)]] = dataclasses.replace(entry, bytes=0, shares=owner.name)
+
     def _keep(self, stored):
         if isinstance(stored, nn.Module):
             for module in stored.modules():
@@ -149,8 +160,10 @@ class WeightBuilder:
                     for name, t in table.items():
                         if t is not None:
                             table[name] = self._owning(t)
-            return stored
-        return self._owning(stored)
+        else:
+            stored = self._owning(stored)
+        self._entry_of[id(stored)] = len(self.entries) - 1  # every store records its entry first
+        return stored
 
     def _owning(self, t: torch.Tensor) -> torch.Tensor:
         """`t`, or a copy of it when it is a view of a storage it does not own alone.
