@@ -15,9 +15,10 @@ import torch
 
 
 @contextlib.contextmanager
-def loaded_main(module: torch.nn.Module, x: np.ndarray, state_names: list[str], profiler=None) -> Iterator[tuple]:
+def loaded_model(module: torch.nn.Module, x: np.ndarray, state_names: list[str]) -> Iterator[tuple]:
     """Convert `module` (forward(x) -> y; the buffers named in `state_names` are Core AI
-    states), lower it, load its `main` (with `profiler`, when given); yield (event loop, main)."""
+    states) and lower it once; yield (event loop, loaded model), whose `main` may be loaded
+    more than once (with and without a profiler)."""
     import coreai_torch
     from coreai.runtime import AIModel
     from coreai_torch import TorchConverter
@@ -31,17 +32,28 @@ def loaded_main(module: torch.nn.Module, x: np.ndarray, state_names: list[str], 
         )
     with tempfile.TemporaryDirectory() as tmp:
         asset = program.save_asset(Path(tmp) / "m.aimodel")
+        del program
         lowered = Path(tmp) / "m.aimodelx"
         lowered.mkdir()
         asset._write_odix(lowered)  # private in coreai-core 1.0.0b3 (see ssmport.runtime)
         loop = asyncio.new_event_loop()
         model = loop.run_until_complete(AIModel.load(lowered))
+        try:
+            yield loop, model
+        finally:
+            del model
+            loop.close()
+
+
+@contextlib.contextmanager
+def loaded_main(module: torch.nn.Module, x: np.ndarray, state_names: list[str], profiler=None) -> Iterator[tuple]:
+    """`loaded_model`'s `main` (with `profiler`, when given): yield (event loop, main)."""
+    with loaded_model(module, x, state_names) as (loop, model):
         fn = model.load_function("main") if profiler is None else model.load_function("main", profiler=profiler)
         try:
             yield loop, fn
         finally:
-            del fn, model
-            loop.close()
+            del fn
 
 
 def call_times_ms(module: torch.nn.Module, x: np.ndarray, calls: int, states: dict[str, np.ndarray] | None = None) -> list[float]:

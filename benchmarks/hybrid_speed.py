@@ -282,12 +282,14 @@ def open_peer(model: LoadedModel) -> TransformersHybridPeer:
 # --------------------------------------------------------------------------------------
 
 
-def export_bundle(spec: str, out: Path, chunk: int, quant: str = "fp32", gate_steps: int = 8) -> Path:
-    """Export in this process: synthetic weights (fp32 unless `quant` says) with prefill."""
+def export_bundle(spec: str, out: Path, chunk: int, quant: str = "fp32", gate_steps: int = 8,
+                  experts: str = "gathered") -> Path:  # fmt: skip
+    """Export in this process: synthetic weights (fp32 unless `quant` says) with prefill; a MoE
+    model's decode reading its experts in the `experts` form (export --experts)."""
     from ssmport.exporter.pipeline import export
 
     return export(synthetic_model(spec), out, quant=quant, gate_steps=gate_steps, prefill_chunk=chunk, progress=False,
-                  overwrite=True).path  # fmt: skip
+                  overwrite=True, experts=experts).path  # fmt: skip
 
 
 def torch_eager_lines(model: LoadedModel, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
@@ -314,7 +316,7 @@ def stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
     """One stage of a model's run, in a process of its own (the child's entry point): at a
     released size each holds a whole fp32 copy of the weights, and no two fit at once."""
     if name == "export":
-        export_bundle(spec, work / "bundles", a.chunk, a.quant, a.gate_steps)
+        export_bundle(spec, work / "bundles", a.chunk, a.quant, a.gate_steps, a.experts)
         return {}
     bundle = _bundle(work)
     tokens = suite.bench_tokens(bundle.manifest.vocab_size, a.steps + a.warmup)
@@ -343,7 +345,7 @@ def run_stage(name: str, spec: str, work: Path, a: argparse.Namespace) -> dict:
         print(f"[{spec}] {name}: kept from an earlier run", flush=True)
         return json.loads(result.read_text())
     argv = [sys.executable, __file__, "--stage", name, spec, "--work", str(work), "--chunk", str(a.chunk),
-            "--steps", str(a.steps), "--warmup", str(a.warmup), "--quant", a.quant, "--gate-steps", str(a.gate_steps)]
+            "--steps", str(a.steps), "--warmup", str(a.warmup), "--quant", a.quant, "--gate-steps", str(a.gate_steps), "--experts", a.experts]
     argv += ["--one-thread"] if a.one_thread else []  # fmt: skip
     print(f"[{spec}] {name}", flush=True)
     start = time.perf_counter()
@@ -373,7 +375,8 @@ def run(spec: str, work: Path, a: argparse.Namespace) -> dict:
     together = 3 * dir_bytes(bundle.path) < psutil.virtual_memory().total
     m = bundle.manifest
     stages = (("export", exported), ("coreai", first), ("torch_eager", eager), ("peer", peer), ("coreai_again", last))
-    record = {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "quant": a.quant, "config": m.config,
+    record = {"model": spec, "bundle": bundle.path.name, "architecture": m.architecture, "quant": a.quant,
+              "experts": m.export.get("experts", "gathered"), "config": m.config,
               "asset_bytes": dir_bytes(bundle.path), "weight_bytes_per_token": weight_bytes_per_token(m),
               "weight_bytes_total": sum(e["bytes"] for e in m.plan_tensors),
               "stage_peak_rss_gb": {name: r["peak_rss_gb"] for name, r in stages},
@@ -401,6 +404,8 @@ def main() -> None:
     p.add_argument("--prompts", nargs="*", type=int, default=[64, 512], help="prefill prompt lengths (none: no prefill line)")
     p.add_argument("--quant", default="fp32", help="the bundle's recipe (default fp32)")
     p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export's gate (default 8)")
+    p.add_argument("--experts", choices=["gathered", "branched"], default="gathered",
+                   help="MoE models: the decode graph's expert form (export --experts; default gathered)")
     p.add_argument("--one-thread", action="store_true", help="time torch and the peer at 1 thread only (no default-threads line)")
     p.add_argument("--keep", action="store_true",
                    help="work in --work/MODEL and keep it: a rerun reuses the bundle and every finished stage")  # fmt: skip

@@ -2,10 +2,11 @@
 one `ExpertMixture` (ssmport.models.moe) at LFM2-8B-A1B's routing (4 of 32 experts, sigmoid,
 expert bias) with smaller experts, timed per call for T = 1 (decode) and prefill chunks, in
 the gathered form (a gather W[idx] of the chosen experts' stacked weights + batched matmul) and
-the dense form (every expert over the chunk, a dense [T, E] routing matrix); with the runtime's
-op count per call and the expert weight bytes each form reads.
+the dense form (every expert over the chunk, a dense [T, E] routing matrix), and at T = 1 the
+branched form (`--experts branched`: an `if` per expert, reading W[e] in place); with the
+runtime's op count per call and the expert weight bytes each form reads.
 
-    PYTHONPATH=$PWD python benchmarks/moe_forms.py [--hidden 1024 --width 768 --experts 32 --top-k 4]
+    PYTHONPATH=$PWD python benchmarks/moe_forms.py [--hidden 1024 --width 768 --experts 32 --top-k 4 --forms gather dense branch]
 """
 
 from __future__ import annotations
@@ -27,13 +28,13 @@ from ssmport.quant.plan import WeightBuilder  # noqa: E402
 
 
 class Form(torch.nn.Module):
-    def __init__(self, mixture: moe.ExpertMixture, dense: bool):
+    def __init__(self, mixture: moe.ExpertMixture, form: str):
         super().__init__()
-        self.m, self.dense = mixture, dense
+        self.m, self.form = mixture, form
 
     def forward(self, x):
         chosen, weights = moe.route(self.m.spec, x @ self.m.router, self.m.bias)
-        return self.m._dense(x, chosen, weights) if self.dense else self.m._gathered(x, chosen, weights)
+        return {"dense": self.m._dense, "gather": self.m._gathered, "branch": self.m._branched}[self.form](x, chosen, weights)
 
 
 def ops_per_call(module: torch.nn.Module, x: torch.Tensor) -> int:
@@ -51,6 +52,7 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 16, 64])
     ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--forms", nargs="+", default=["gather", "dense", "branch"], help="branch: at T = 1 only")
     a = ap.parse_args()
     spec = moe.MoeSpec(a.experts, a.top_k, a.width, moe.SIGMOID, True, 1e-6, 1.0, True)
     names = moe.MoeNames("gate", ("e{e}.w1", "e{e}.w3", "e{e}.w2"), bias="bias")
@@ -60,12 +62,12 @@ def main() -> None:
     print(f"C={a.hidden} F={a.width} {spec.describe()}: {expert_bytes / 1e6:.1f} MB per expert (fp32)")
     for T in a.rows:
         x = np.random.default_rng(T).standard_normal((T, a.hidden)).astype(np.float32)
-        for dense in (False, True) if T > 1 else (False, True):
-            form = Form(mixture, dense)
+        for name in [f for f in a.forms if f != "branch" or T == 1]:
+            form = Form(mixture, name)
             ms = call_times_ms(form, x, a.calls)
-            read = a.experts if dense else T * a.top_k
-            print(f"T={T:3d} {'dense ' if dense else 'gather'}: {np.median(ms):8.2f} ms/call  "
-                  f"{ops_per_call(form, torch.from_numpy(x)):3d} ops  expert weights read {read * expert_bytes / 1e6:7.1f} MB")
+            read = a.experts if name == "dense" else T * a.top_k
+            print(f"T={T:3d} {name:6}: {np.median(ms):8.2f} ms/call  "
+                  f"{ops_per_call(form, torch.from_numpy(x)):3d} ops  expert weights read {read * expert_bytes / 1e6:7.1f} MB", flush=True)
 
 
 if __name__ == "__main__":

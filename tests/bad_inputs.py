@@ -646,6 +646,12 @@ case("int4-recipe-case", "export", "a recipe name in capitals (`INT4`)",
      lambda e: ["export", e.pth, "--quant", "INT4", *_out(e)], "invalid choice: 'INT4'")  # fmt: skip
 
 # === export: options =======================================================================
+case("experts-branched-dense", "export", "--experts branched for a model without routed experts",
+     lambda e: ["export", e.pth, "--quant", "fp32", "--experts", "branched", *_out(e)],
+     "--experts branched needs routed experts stored in float (fp32 or fp16): this model has no routed experts")  # fmt: skip
+case("experts-branched-int8", "export", "--experts branched with a recipe that stores the experts as integers",
+     lambda e: ["export", e.moe, "--quant", "int8", "--experts", "branched", "--no-gate", *_out(e)],
+     "this recipe stores them as integers")  # fmt: skip
 case("layout-unknown", "export", "an unknown --layout", lambda e: ["export", e.pth, "--layout", "android", *_out(e)],
      "invalid choice: 'android'")  # fmt: skip
 case("apple-main-without-apple-layout", "export", "--apple-main without --layout apple",

@@ -194,6 +194,51 @@ def test_gathered_and_dense_forms_agree(model):
         torch.testing.assert_close(mixture._gathered(h, chosen, weights), mixture._dense(h, chosen, weights))
 
 
+def test_the_branched_form_equals_a_loop_over_the_chosen_experts(model):
+    """The branched decode form (an `if` per expert, reading W[e] in place) of every MoE layer
+    equals a Python loop over the token's chosen experts on the same stored weights, and the
+    gathered form."""
+    decode = eager_modules(model)[0]
+    mixtures = [m for m in decode.modules() if isinstance(m, moe.ExpertMixture)]
+    g = torch.Generator().manual_seed(1)
+    for m in mixtures:
+        for _ in range(3):
+            h = torch.randn(1, model.config.hidden_size, generator=g)
+            with torch.no_grad():
+                chosen, weights = moe.route(m.spec, h @ m.router, m.bias if m.spec.expert_bias else None)
+                loop = torch.zeros_like(h)
+                for e, w in zip(chosen[0].tolist(), weights[0].tolist()):
+                    loop += w * (m._activate(h @ m.gate_up.weight[e]) @ m.down.weight[e])
+                branched = m._branched(h, chosen, weights)
+                torch.testing.assert_close(branched, loop, rtol=0, atol=1e-6 * float(loop.abs().max()))
+                torch.testing.assert_close(branched, m._gathered(h, chosen, weights))
+
+
+def test_branched_bundle_matches_transformers(folder, reference, tmp_path):
+    """--experts branched: the decode graph holds an `if` per expert of every MoE layer, passes its
+    gate and meets transformers as the default bundle does."""
+    from ir_checks import graph_texts
+
+    from ssmport.exporter.convert import convert
+    from ssmport.quant import get_recipe
+    from ssmport.quant.plan import WeightBuilder
+
+    bundle = export(str(folder), tmp_path, quant="fp32", gate_steps=6, prefill_chunk=None, experts="branched",
+                    progress=False)  # fmt: skip
+    assert bundle.manifest.gate.passed and bundle.manifest.export["experts"] == "branched"
+    with Runner(bundle.path, prefill=False) as runner:
+        ours = runner.step_each(TOKENS)
+    theirs = reference.step_logits.numpy()
+    assert np.abs(ours - theirs).max() <= CORE_AI_ATOL
+    assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    model = load_checkpoint(folder)
+    arch, cfg = model.architecture, model.config
+    program = convert(model, WeightBuilder(get_recipe("fp32"), arch.keeps_float), torch.float32, prefill_chunk=None,
+                      experts="branched").program  # fmt: skip
+    mixtures = [m for m in eager_modules(model)[0].modules() if isinstance(m, moe.ExpertMixture)]
+    assert graph_texts(program)["main"].count("coreai.if") == sum(m.spec.experts for m in mixtures) > 0
+
+
 def test_fused_layout_loads_the_same_model(folder, family, model, reference, tmp_path):
     """transformers' fused in-memory layout (gate_up_proj [E, 2F, C] or up_proj [E, F, C] of
     relu^2 experts, down_proj [E, C, F]); Granite's released layout is stacked already."""

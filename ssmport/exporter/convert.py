@@ -26,6 +26,7 @@ from ssmport.layout import Function, Layout
 from ssmport.layouts import DEFAULT as DEFAULT_LAYOUT
 from ssmport.layouts import layout_named
 from ssmport.memory import return_freed_memory, section, trim_heap
+from ssmport.models.moe import GATHERED, use_expert_form
 from ssmport.prefill import DEFAULT_CHUNK, PREFILL_FUNCTION
 from ssmport.progress import Stages
 from ssmport.quant.plan import WeightBuilder, storage_key
@@ -58,6 +59,7 @@ def convert(
     prefill_chunk: int | None = DEFAULT_CHUNK,
     layout: str | Layout = DEFAULT_LAYOUT,
     verify: int | None = None,
+    experts: str = GATHERED,
 ) -> Converted:
     """Build the decode module (and the prefill module, when the architecture has one and
     `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
@@ -66,6 +68,7 @@ def convert(
     Apple's engines drive (ssmport.apple.graph), over the same blocks.
 
     `verify` K: a third function, "verify", checking K drafted tokens per call (ssmport.verify).
+    `experts`: how the decode function reads a token's routed experts (ssmport.models.moe.EXPERT_FORMS).
 
     Every function's signature is read from the IR and checked against the contract.
     """
@@ -79,6 +82,7 @@ def convert(
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
             store_tied_table_once(module, builder)
+            use_expert_form(module, experts)
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
             draft = arch.build_draft(cfg, model.weights, builder, module, verify, state_dtype) if verify else None
     check_buffers(module, specs)

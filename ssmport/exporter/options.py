@@ -12,6 +12,7 @@ from ssmport.errors import SsmportError
 from ssmport.layout import Layout
 from ssmport.layouts import layout_named
 from ssmport.gate.report import MAX_GATE_TOKENS
+from ssmport.models.moe import EXPERT_FORMS
 from ssmport.prefill import DEFAULT_CHUNK, check_chunk
 from ssmport.quant import get_recipe
 from ssmport.quant.budget import parse_size
@@ -32,7 +33,9 @@ class ExportOptions:
     token per call, its default) or "chunk" (ssmport.apple.graph); the default "ssmport" is the
     M=1 decode graph + padded chunks. `context`: the positions a model with a KV cache holds
     (None: its config's default). `verify` K: a `verify` function for speculative decoding
-    (None: none; docs/speculative.md says why that is the default). `profile_memory`: trace
+    (None: none; docs/speculative.md says why that is the default). `experts`: how the decode
+    function reads a token's routed experts (ssmport.models.moe: "gathered", the default, or
+    "branched", faster on the Linux runtime, an `if` per expert). `profile_memory`: trace
     the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
     most bytes under quant "auto" (ssmport.quant.auto). `weights`, `synthetic`, `seed`,
     `vocab`, `file`:
@@ -57,6 +60,7 @@ class ExportOptions:
     profile_memory: bool = False
     size_budget: int | str | None = None  # bytes, or a size string ("3.5MB"); with quant "auto" only
     verify: int | None = None  # K: add the `verify` function checking K drafts a call (ssmport.verify)
+    experts: str = "gathered"  # how decode reads a token's routed experts (ssmport.models.moe.EXPERT_FORMS)
 
     def __post_init__(self) -> None:
         if self.state_dtype is None:
@@ -82,6 +86,8 @@ class ExportOptions:
                                "--gate-steps, or --no-gate")  # fmt: skip
         check_chunk(self.prefill_chunk)
         check_verify(self.verify)
+        if self.experts not in EXPERT_FORMS:
+            raise SsmportError(f"unknown --experts {self.experts!r}; choose {' or '.join(EXPERT_FORMS)}")
         object.__setattr__(self, "layout", layout_named(self.layout, self.apple_main))
         if self.name is not None:
             check_bundle_name(self.name)

@@ -43,6 +43,7 @@ from ssmport.manifest import (
     TokenizerEntry,
 )  # fmt: skip
 from ssmport.memory import MemoryTrace, TracedStages, maxrss_mb, section
+from ssmport.models.moe import GATHERED
 from ssmport.progress import Stages
 from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.auto import AutoPlan
@@ -110,8 +111,10 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
         final = Path(out) / check_bundle_name(o.name or f"{model.name}-{recipe.name}")
         with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(model, recipe, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
-                                     o.layout, auto, o.verify)  # fmt: skip
+                                     o.layout, auto, o.verify, o.experts)  # fmt: skip
             bundle = Bundle(tmp, manifest)
+            if o.experts != GATHERED:
+                manifest.export["experts"] = o.experts  # the decode graph's expert form (--experts)
             headline = None
             if o.gate:
                 from ssmport.gate.run import gate_bundle  # imports the runtime only when needed
@@ -159,11 +162,12 @@ def _build_bundle(
     layout: Layout = DEFAULT_LAYOUT,
     auto: AutoPlan | None = None,
     verify: int | None = None,
+    experts: str = GATHERED,
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
     builder = WeightBuilder.for_architecture(recipe, arch, on_store=stages.advance)
 
-    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, verify)
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, verify, experts)
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):

@@ -16,8 +16,12 @@ reads only the chosen experts' weights: the stacked [E, in, out] weights are gat
 (a gather `W[idx]`, no loop and no data-dependent control flow) and applied as one batched
 matmul. A prefill chunk gathers per token too: running every expert over the chunk with a dense
 [T, E] routing matrix (`_dense`) was slower on this runtime at every chunk size measured
-(docs/hybrids.md, "Routed experts"). `moe_naive` is
-the readable twin: a loop over the chosen experts of one token.
+(docs/hybrids.md, "Routed experts"). The gather copies the chosen experts' weights before the
+matmuls read them; the `branched` decode form (`ExpertMixture.form`, export option `--experts
+branched`) reads them in place, one `if` per expert, 2.7x faster on the Linux runtime at
+LFM2-8B-A1B's widths but not the default: an `if` a device must decide on the host, E of them a
+layer (benchmarks/moe_inplace.py). `moe_naive` is the readable twin: a loop over the chosen
+experts of one token.
 """
 
 from __future__ import annotations
@@ -28,13 +32,17 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ssmport.errors import SsmportError
 from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.mlp import ReluSquaredMLP, SwiGLU
 from ssmport.models.loading import Stored
+from ssmport.ops.matmul import FloatExperts
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
 SOFTMAX, SIGMOID = "softmax", "sigmoid"
+GATHERED, BRANCHED = "gathered", "branched"  # the decode forms of `ExpertMixture` (EXPERT_FORMS)
+EXPERT_FORMS = (GATHERED, BRANCHED)
 
 
 @dataclass(frozen=True)
@@ -154,11 +162,13 @@ def route(spec: MoeSpec, logits: torch.Tensor, bias: torch.Tensor | None) -> tup
 
 
 class ExpertMixture(nn.Module):
-    """The export form of `MoeSpec` on the normed input h [T, C] (returns [T, C])."""
+    """The export form of `MoeSpec` on the normed input h [T, C] (returns [T, C]). `form`: how one
+    token (decode) reads its experts, GATHERED or BRANCHED (`use_expert_form`)."""
 
     def __init__(self, spec: MoeSpec, names: MoeNames, src: TensorSource, b: WeightBuilder):
         super().__init__()
         self.spec, E = spec, spec.experts
+        self.form = GATHERED
         # The router and the shared-expert gate are fp32 operands under every recipe (`vector`):
         # an fp16 or int8 logit flips near-tied choices, and they are a [C, E] sliver of the weights.
         self.router = b.vector(names.router, src[names.router].float().t(), Role.ROUTER)  # [C, E]
@@ -183,7 +193,11 @@ class ExpertMixture(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         s = self.spec
         chosen, weights = route(s, h @ self.router, self.bias if s.expert_bias else None)
-        out = self._gathered(h, chosen, weights)  # at every T: faster than `_dense` up to 64 rows
+        one_token = isinstance(h.shape[0], int) and h.shape[0] == 1  # not a symbolic T (the apple layout's chunks)
+        if self.form == BRANCHED and one_token and isinstance(self.gate_up, FloatExperts):
+            out = self._branched(h, chosen, weights)
+        else:  # at every T: faster than `_dense` up to 64 rows
+            out = self._gathered(h, chosen, weights)
         if s.shared_width:
             shared = self.shared(h)
             out = out + (shared * torch.sigmoid(h @ self.shared_gate) if s.shared_gate else shared)
@@ -198,6 +212,29 @@ class ExpertMixture(nn.Module):
         y = self.down.times(a.to(dt), idx)  # [T, k, 1, C]
         return (y.float().view(T, k, C) * weights.view(T, k, 1)).sum(1)
 
+    def _branched(self, h: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """One token's experts read in place: for each of the E experts, an `if` taken when the
+        token chose it, whose matmuls read W[e] with a static e. On the Linux runtime a static
+        index of the stack is a view, where the gather W[idx] copies the k experts first (and a
+        slice at a runtime index, W.narrow(0, idx[j].item(), 1), copies at ~0.3 GB/s):
+        benchmarks/moe_inplace.py, one LFM2-8B-A1B layer 37.2 -> 13.8 ms, E + 4k more kernels."""
+        x, routing = h.to(self.gate_up.dtype), self._routing(chosen, weights)[0]  # [E]
+        out = torch.zeros_like(h)
+        for e in range(self.spec.experts):
+            operands = (out, x, routing[e : e + 1], self.gate_up.weight[e], self.down.weight[e])
+            out = torch.cond(routing[e] != 0, self._add_expert, _unchanged, operands)
+        return out
+
+    def _add_expert(self, out, x, weight, gate_up, down) -> torch.Tensor:
+        """out + weight * the expert with these weights, of the token x [1, C]."""
+        a = self._activate((x @ gate_up).float())
+        return out + weight * (a.to(down.dtype) @ down).float()
+
+    def _routing(self, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The dense routing matrix [T, E]: each token's weight of each expert (0: not chosen)."""
+        experts = torch.arange(self.spec.experts, dtype=chosen.dtype, device=chosen.device)
+        return ((chosen.unsqueeze(-1) == experts).to(weights.dtype) * weights.unsqueeze(-1)).sum(1)
+
     def _activate(self, a: torch.Tensor) -> torch.Tensor:
         """silu(gate) * up of the [gate | up] rows, or relu(up)^2 (as x * x: no pow on the runtime path)."""
         if self.spec.gated:
@@ -211,12 +248,29 @@ class ExpertMixture(nn.Module):
         chunk could take whose tokens between them choose every expert. Not used: slower than
         gathering on this runtime even at 64 rows x 4 of 32 experts (2.19 s vs 3.04 s per call,
         benchmarks/moe_forms.py); kept for that measurement and as the gathered form's check."""
-        s, dt = self.spec, self.gate_up.dtype
+        dt = self.gate_up.dtype
         a = self._activate((h.to(dt).unsqueeze(0) @ self.gate_up.whole()).float())  # [E, T, F]
         y = (a.to(dt) @ self.down.whole()).float()  # [E, T, C]
-        experts = torch.arange(s.experts, dtype=chosen.dtype, device=chosen.device)
-        dense = ((chosen.unsqueeze(-1) == experts).to(weights.dtype) * weights.unsqueeze(-1)).sum(1)  # [T, E]
-        return (y * dense.t().unsqueeze(-1)).sum(0)
+        return (y * self._routing(chosen, weights).t().unsqueeze(-1)).sum(0)
+
+
+def _unchanged(out, x, weight, gate_up, down) -> torch.Tensor:
+    return out.clone()  # a torch.cond branch may not return its operand itself
+
+
+def use_expert_form(module: nn.Module, form: str) -> None:
+    """Every `ExpertMixture` in `module` reads a decode token's experts in `form` (EXPERT_FORMS).
+    BRANCHED reads float expert stacks only: a model with none is refused in one line, so a
+    manifest never says "branched" of a graph that gathers."""
+    if form not in EXPERT_FORMS:
+        raise ValueError(f"unknown expert form {form!r}; choose {' or '.join(EXPERT_FORMS)}")
+    mixtures = [m for m in module.modules() if isinstance(m, ExpertMixture)]
+    if form == BRANCHED and not any(isinstance(m.gate_up, FloatExperts) for m in mixtures):
+        raise SsmportError("--experts branched needs routed experts stored in float (fp32 or fp16): "
+                           + ("this model has no routed experts" if not mixtures else
+                              "this recipe stores them as integers; use --quant fp32 or fp16, or --experts gathered"))
+    for m in mixtures:
+        m.form = form
 
 
 def moe_naive(spec: MoeSpec, names: MoeNames, w, h: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
