@@ -49,7 +49,7 @@ def run(args) -> int:
         print(f"kv cache: {m.context} positions (fixed at export, --context): {human_bytes(per_token)} per token of "
               f"context, {human_bytes(per_token * m.context)} in all; fixed states {human_bytes(m.fixed_state_bytes)}")  # fmt: skip
     if m.ring_states:
-        ring_bytes = sum(math.prod(s.shape) * _itemsize(s.dtype) for s in m.ring_states)
+        ring_bytes = sum(math.prod(s.full_shape) * _itemsize(s.dtype) for s in m.ring_states)
         windows = "/".join(str(w) for w in sorted({s.window for s in m.ring_states}))
         verb = "are" if len(m.ring_states) > 1 else "holds"  # the apple layout keeps every ring in one state
         print(f"sliding window: {', '.join(s.name for s in m.ring_states)} {verb} rings of {windows} positions, "
