@@ -106,6 +106,7 @@ def bench_bundle(
         times = step_times_ms(runner.step, runner.reset, tokens, warmup)
         # the KV positions the last decode call read (a growing cache's allocation, else the context)
         kv_positions = runner.kv_positions or m.context
+        ring_slots = runner.ring_slots or max((s.window for s in m.ring_states), default=None)
         result["decode_ms_per_token"] = float(np.median(times))
         result["decode_ms_per_token_min"] = float(np.min(times))
         result["prefill_tokens_per_s"] = None
@@ -132,6 +133,9 @@ def bench_bundle(
     # follow the tokens held in a growing cache (256 positions, doubled), the context in a static one
     result["kv_positions_read"] = kv_positions
     result["kv_bytes_read_per_token"] = m.kv_bytes_per_token * (kv_positions or 0)
+    # the ring slots a decode call read (a growing ring's allocation, else its window)
+    result["ring_slots_read"] = ring_slots
+    result["ring_bytes_read_per_token"] = m.ring_bytes_per_slot * (ring_slots or 0)
     result["fixed_state_bytes"] = m.fixed_state_bytes
     result["asset_bytes"] = dir_bytes(bundle.asset_path)
     result["weight_bytes_per_token"] = weight_bytes_per_token(m)

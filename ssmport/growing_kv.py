@@ -15,6 +15,13 @@ positions, not the context. The functions keep the ssmport layout's interface (o
 a row lookup) and attention masks positions at or past the token's own, as before; the new
 rows are blended in at their positions by one `where` over the cache (a scatter on a dynamic
 axis is refused by the converter), a chunk's rows first gathered to the positions they land on.
+
+A sliding-window ring [L, 1, heads, W, d] (ssmport.ops.sliding) grows the same way, its slot
+axis dynamic up to W (the runner allocates it like a KV cache, capped at the window): a call
+attends over and blends into the slots allocated, not all W, while fewer than W positions were
+written (RecurrentGemma-2B: all 2,048 slots cost ~3.6 ms of an attention layer's ~19 ms at short
+history, benchmarks/README.md). The apple layout's rings stay static: Apple's engines take every
+state with a dynamic axis for a positional KV cache (ssmport.apple.state_kinds).
 """
 
 from __future__ import annotations
@@ -29,21 +36,31 @@ from torch import nn
 from ssmport.graph import Step, layer_slots, run_blocks, write_state_values
 from ssmport.manifest import DYNAMIC_DIM, with_positions
 from ssmport.ops.rows import blend_at, last_valid, read_layer
-from ssmport.state import KV, StateSpec
+from ssmport.ops import sliding
+from ssmport.state import KV, RING, StateSpec
 
 TRACE_POSITIONS = 16  # the KV caches' positions in the tracing example (more than any traced position)
+# A ring's slots in the tracing example: not the KV caches' count, which torch.export would take
+# for one size (duck sizing) and then refuse the two dims as distinct.
+TRACE_SLOTS = 12
 MIN_POSITIONS = 2  # torch.export specialises sizes 0 and 1
 
 
+def _grows(s: StateSpec) -> bool:
+    """A kv state grows; a ring does while its window can (a window of 1 or 2 slots stays static)."""
+    return s.kind == KV or (s.kind == RING and s.shape[3] > MIN_POSITIONS)
+
+
 def growing_specs(native: Sequence[StateSpec]) -> list[StateSpec]:
-    """The states with each kv state's position axis dynamic, up to the positions it held."""
-    return [replace(s, shape=with_positions(s.shape, DYNAMIC_DIM), max_context=s.context) if s.kind == KV else s
-            for s in native]  # fmt: skip
+    """The states with each kv state's position axis dynamic, up to the positions it held, and
+    each ring's slot axis, up to its window."""
+    return [replace(s, shape=with_positions(s.shape, DYNAMIC_DIM), max_context=s.context or s.window) if _grows(s)
+            else s for s in native]  # fmt: skip
 
 
 def grows(specs: Sequence[StateSpec]) -> bool:
-    """Whether a model's functions take growing KV caches (it has a kv state)."""
-    return any(s.kind == KV for s in specs)
+    """Whether a model's functions take growing states (it has a kv state or a ring)."""
+    return any(_grows(s) for s in specs)
 
 
 class GrowingKVLM(nn.Module):
@@ -62,7 +79,7 @@ class GrowingKVLM(nn.Module):
         self.native = tuple(lm.specs)
         self.specs = tuple(growing_specs(self.native))
         self.slots = layer_slots(self.layers, self.native)
-        self.kv = frozenset(s.name for s in self.specs if s.dynamic)
+        self.grown = frozenset(s.name for s in self.specs if s.dynamic)  # the kv states and the rings
         # with a draft head (ssmport.models.qwen3_5.mtp): a second output, "hidden", every row's
         # final-norm output [1, T, C] (main: [1, 1, C]), what the head drafts from
         self.hidden = False
@@ -73,7 +90,7 @@ class GrowingKVLM(nn.Module):
         valid_len, states = (third, fourth) if self.chunk else (None, third)
         T = self.chunk or 1
         step = Step(valid_len, position_ids.view(T))
-        io = _GrowingStates(dict(zip((s.name for s in self.specs), states)), self.kv)
+        io = _GrowingStates(dict(zip((s.name for s in self.specs), states)), self.grown)
         x = run_blocks(self.layers, self.slots, self.native, self.embed(input_ids.view(T)), step, io)
         if self.hidden:
             normed = self.head.normed(x)
@@ -86,31 +103,39 @@ class GrowingKVLM(nn.Module):
 
     def example(self) -> tuple[tuple, tuple]:
         """Tracing inputs and torch.export's dynamic shapes: each kv state's positions S dynamic
-        (traced at TRACE_POSITIONS) up to its context."""
+        (traced at TRACE_POSITIONS) up to its context, each ring's slots R up to its window (one
+        dim per window)."""
         T = self.chunk or 1
         ids = (torch.zeros(1, T, dtype=torch.int32), torch.zeros(1, T, dtype=torch.int32))
         inputs = ids + ((torch.ones(1, dtype=torch.int32),) if self.chunk else ())
-        states = tuple(torch.zeros(with_positions(s.shape, TRACE_POSITIONS) if s.dynamic else s.shape, dtype=s.dtype)
-                       for s in self.specs)  # fmt: skip
-        context = min(s.max_context for s in self.specs if s.dynamic)
-        S = torch.export.Dim("S", min=MIN_POSITIONS, max=context)
-        shapes = tuple({3: S} if s.dynamic else None for s in self.specs)
+        kv = [s.max_context for s in self.specs if s.dynamic and s.kind == KV]
+        dims = {KV: torch.export.Dim("S", min=MIN_POSITIONS, max=min(kv))} if kv else {}
+        for w in sorted({s.window for s in self.specs if s.dynamic and s.kind == RING}):
+            dims[w] = torch.export.Dim(f"R{w}", min=MIN_POSITIONS, max=w)
+        key = {s.name: (KV if s.kind == KV else s.window) for s in self.specs if s.dynamic}
+        traced = {KV: TRACE_POSITIONS} | {w: min(TRACE_SLOTS, w) for w in dims if w != KV}
+        states = tuple(torch.zeros(with_positions(s.shape, traced[key[s.name]]) if s.dynamic else s.shape,
+                                   dtype=s.dtype) for s in self.specs)  # fmt: skip
+        shapes = tuple({3: dims[key[s.name]]} if s.dynamic else None for s in self.specs)
         return inputs + (states,), (None,) * len(inputs) + (shapes,)
 
 
 class _GrowingStates:
-    """`run_blocks`' state I/O over the argument states: a kv state's layer slice read whole
-    (all S positions; attention masks the ones not yet written), its new rows blended in."""
+    """`run_blocks`' state I/O over the argument states: a kv state's or ring's layer slice read
+    whole (all S positions or slots; attention masks the ones not yet written), its new rows
+    blended in."""
 
-    def __init__(self, bound: dict[str, torch.Tensor], kv: frozenset[str]):
-        self.bound, self.kv = bound, kv
+    def __init__(self, bound: dict[str, torch.Tensor], grown: frozenset[str]):
+        self.bound, self.grown = bound, grown
 
     def read_state(self, name: str, slot: int) -> torch.Tensor:
-        return read_kv_layer(self.bound[name], slot) if name in self.kv else read_layer(self.bound[name], slot)[0]
+        return read_kv_layer(self.bound[name], slot) if name in self.grown else read_layer(self.bound[name], slot)[0]
 
     def write_state(self, spec: StateSpec, values: list, step: Step) -> None:
         if spec.kind == KV:
             blend_rows(self.bound[spec.name], [v.rows for v in values], step)
+        elif spec.name in self.grown:  # a growing ring (a scatter on its dynamic axis is refused)
+            sliding.blend(self.bound[spec.name], [v.rows for v in values], step.positions, step.valid_len, spec.window)
         else:
             write_state_values(self.bound[spec.name], spec, values, step)
 

@@ -55,18 +55,18 @@ class TensorEntry:
 def state_problem(name: str, shape: tuple[int, ...], kind: str, max_context: int | None) -> str | None:
     """The one rule every state meets, declared (ssmport.state.StateSpec) or read from a
     manifest (StateEntry): None, or what is wrong. A kv or ring state is [layers, 1, heads,
-    positions, head_dim]; only a kv state's position axis (3) may be dynamic (DYNAMIC_DIM), and
-    exactly then it carries a positive max_context."""
+    positions, head_dim]; only a kv or ring state's position axis (3) may be dynamic
+    (DYNAMIC_DIM), and exactly then it carries a positive max_context (a ring's: its window)."""
     if kind not in KINDS:
         return f"state {name} has unknown kind {kind!r} (one of {', '.join(KINDS)})"
     if kind in (KV, RING) and (len(shape) != 5 or shape[1] != 1):
         return f"{kind} state {name} must be [layers, 1, heads, {'context' if kind == KV else 'window'}, head_dim], not {list(shape)}"
-    if kind == RING and min(shape) < 1:
+    if kind == RING and min(d for d in shape if d != DYNAMIC_DIM) < 1:
         return f"ring state {name} must be [layers, 1, heads, window, head_dim], not {list(shape)}"
     dynamic = [i for i, d in enumerate(shape) if d == DYNAMIC_DIM]
-    if dynamic not in ([], [3]) or (dynamic and kind != KV) or bool(dynamic) != (max_context is not None) \
+    if dynamic not in ([], [3]) or (dynamic and kind == FIXED) or bool(dynamic) != (max_context is not None) \
             or (max_context is not None and max_context < 1):
-        return (f"state {name}: only a kv state's position axis may be dynamic, and exactly such a state "
+        return (f"state {name}: only a kv or ring state's position axis may be dynamic, and exactly such a state "
                 "has a max_context (positive)")
     return None
 
@@ -79,8 +79,9 @@ class StateEntry(TensorEntry):
 
     axes: str = ""  # human-readable axis legend, e.g. "[layer, batch, head, key, value]" (JSON: "layout")
     kind: str = FIXED  # FIXED (recurrent: conv, wkv, ssm) | KV (positional cache) | RING (sliding window)
-    # A kv state whose position axis is dynamic (DYNAMIC_DIM: each caller sizes the buffer, as
-    # Apple's engines grow their KV caches): the most positions it may hold.
+    # A kv or ring state whose position axis is dynamic (DYNAMIC_DIM: each caller sizes the
+    # buffer, as Apple's engines grow their KV caches): the most positions it may hold (a ring's
+    # window).
     max_context: int | None = None
 
     def __post_init__(self):
@@ -117,12 +118,14 @@ class StateEntry(TensorEntry):
     @property
     def window(self) -> int | None:
         """The positions a ring state keeps (None for the other kinds)."""
-        return self.shape[3] if self.kind == RING else None
+        if self.kind != RING:
+            return None
+        return self.max_context if self.dynamic else self.shape[3]
 
     @property
     def full_shape(self) -> tuple[int, ...]:
-        """The shape of a buffer holding the whole context (a fixed state's own shape)."""
-        return with_positions(self.shape, self.context) if self.dynamic else self.shape
+        """The shape of a buffer holding the whole context or window (a fixed state's own shape)."""
+        return with_positions(self.shape, self.max_context) if self.dynamic else self.shape
 
 
 def with_positions(kv_shape: tuple[int, ...], positions: int) -> tuple[int, ...]:
@@ -296,9 +299,15 @@ class Manifest:
         return tuple(s for s in self.states if s.kind == RING)
 
     @property
+    def ring_bytes_per_slot(self) -> int:
+        """Bytes the rings hold per slot (0 without rings): a call reads the slots allocated (a
+        growing ring's, up to its window) times this."""
+        return sum(math.prod(with_positions(s.shape, 1)) * _ITEMSIZE[s.dtype] for s in self.ring_states)
+
+    @property
     def fixed_state_bytes(self) -> int:
         """Bytes of the states whose size does not depend on the context (rings included)."""
-        return sum(math.prod(s.shape) * _ITEMSIZE[s.dtype] for s in self.states if s.kind != KV)
+        return sum(math.prod(s.full_shape) * _ITEMSIZE[s.dtype] for s in self.states if s.kind != KV)
 
     def to_json(self) -> dict:
         return {

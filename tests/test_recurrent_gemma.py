@@ -121,7 +121,8 @@ def test_int8keepproj_passes_and_the_state_does_not_grow_with_the_context(bundle
     assert result.manifest.gate.passed, result.gate_headline
     assert [(s.name, s.shape, s.kind) for s in result.manifest.states] == [(s.name, s.shape, s.kind) for s in bundle.manifest.states]
     assert result.manifest.fixed_state_bytes == bundle.manifest.fixed_state_bytes and not result.manifest.kv_states
-    assert [s.shape for s in bundle.manifest.ring_states] == [(2, 1, 2, 8, 24)] * 2  # [L_attn, 1, kv, window, head_dim]
+    # [L_attn, 1, kv, window, head_dim], the slot axis growing up to the window (ssmport.growing_kv)
+    assert [(s.full_shape, s.dynamic) for s in bundle.manifest.ring_states] == [((2, 1, 2, 8, 24), True)] * 2
     arch = load_checkpoint(folder).architecture
     plan = result.manifest.plan_tensors
     assert any(e["dtype"] == "int8" for e in plan)

@@ -267,3 +267,21 @@ def test_check_engine_names_the_ring_rewind_when_no_state_is_fixed(apple_bundle,
     main(["check-engine", str(apple_bundle)])
     out = capsys.readouterr().out
     assert out.count("states.ring_rewind [misdrives]") == 4  # sequential and pipelined, 86b363d and prefill-graph
+
+
+def test_the_decode_mask_is_the_slot_arithmetic():
+    """sliding.decode's mask (slot j < position, not the slot it overwrites) against attention
+    over the slots `slot_positions` says hold a visible position, whole rings and growing ones
+    (S < W slots while position <= S), across wraps."""
+    from ssmport.ops import attention
+
+    g = torch.Generator().manual_seed(3)
+    for window in (W, 40):
+        for slots in sorted({window, min(8, window), min(16, window)}):
+            K, V = torch.randn(2, slots, 4, generator=g), torch.randn(2, slots, 4, generator=g)
+            q, k, v = torch.randn(4, 4, generator=g), torch.randn(2, 4, generator=g), torch.randn(2, 4, generator=g)
+            for p in range(0, 3 * window if slots == window else slots):
+                position = torch.tensor([p])
+                held = sliding.slot_positions(position, window, slots)
+                want = attention.decode(q, k, v, K, V, position, 0.5, past=(held >= 0) & (held > p - window))
+                torch.testing.assert_close(sliding.decode(q, k, v, K, V, position, 0.5, window), want, rtol=0, atol=0)

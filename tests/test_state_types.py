@@ -22,8 +22,9 @@ CASES = [  # (shape, kind, max_context, valid)
     ((2, 1, 2, DYNAMIC_DIM, 8), KV, None, False),  # dynamic without its bound
     ((2, 1, 2, DYNAMIC_DIM, 8), KV, 0, False),
     ((2, 1, 2, 16, 8), KV, 64, False),  # a bound on a static axis
-    ((2, DYNAMIC_DIM, 4), FIXED, 64, False),  # only a kv state's position axis may be dynamic
-    ((2, 1, 2, DYNAMIC_DIM, 8), RING, 64, False),
+    ((2, DYNAMIC_DIM, 4), FIXED, 64, False),  # only a kv or ring state's position axis may be dynamic
+    ((2, 1, 2, DYNAMIC_DIM, 8), RING, 64, True),  # a growing ring, up to its window (ssmport.growing_kv)
+    ((2, 1, 2, DYNAMIC_DIM, 8), RING, None, False),
     ((2, 1, 6, 12), RING, None, False),
     ((2, 2, 2, 6, 8), RING, None, False),
     ((2, 1, 0, 6, 8), RING, None, False),

@@ -72,6 +72,9 @@ def run(args) -> int:
               f"of context ({(r['state_bytes'] - r['fixed_state_bytes']) / mb:.2f} MB at {r['context']} positions)")  # fmt: skip
         print(f"  KV read        {r['kv_bytes_read_per_token'] / mb:.2f} MB per decode call at {r['steps'] + r['warmup']} "
               f"tokens held ({r['kv_positions_read']} positions)")  # fmt: skip
+    if r["ring_slots_read"]:
+        print(f"  ring read      {r['ring_bytes_read_per_token'] / mb:.2f} MB per decode call at {r['steps'] + r['warmup']} "
+              f"tokens held ({r['ring_slots_read']} slots)")  # fmt: skip
     print(f"  asset          {r['asset_bytes'] / mb:.1f} MB")
     print(f"  weights/token  {r['weight_bytes_per_token'] / mb:.1f} MB -> {r['effective_gb_per_s']:.2f} GB/s effective")
     if "read_bandwidth_gb_per_s" in r:

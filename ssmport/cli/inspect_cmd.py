@@ -49,7 +49,7 @@ def run(args) -> int:
         print(f"kv cache: {m.context} positions (fixed at export, --context): {human_bytes(per_token)} per token of "
               f"context, {human_bytes(per_token * m.context)} in all; fixed states {human_bytes(m.fixed_state_bytes)}")  # fmt: skip
     if m.ring_states:
-        ring_bytes = sum(math.prod(s.shape) * _itemsize(s.dtype) for s in m.ring_states)
+        ring_bytes = sum(math.prod(s.full_shape) * _itemsize(s.dtype) for s in m.ring_states)
         windows = "/".join(str(w) for w in sorted({s.window for s in m.ring_states}))
         verb = "are" if len(m.ring_states) > 1 else "holds"  # the apple layout keeps every ring in one state
         print(f"sliding window: {', '.join(s.name for s in m.ring_states)} {verb} rings of {windows} positions, "
@@ -150,7 +150,8 @@ def _print_ops(bundle, count_now: bool) -> None:
 def _print_interface(function, states) -> None:
     for kind, entries in (("input", function.inputs), ("state", states), ("output", function.outputs)):
         for t in entries:
-            nbytes = math.prod(t.shape) * _itemsize(t.dtype)
+            # a growing state (a dynamic KV cache or ring) at its largest, not its -1 placeholder
+            nbytes = math.prod(getattr(t, "full_shape", t.shape)) * _itemsize(t.dtype)
             layout = f"  {t.axes}" if getattr(t, "axes", "") else ""
             print(f"  {kind:6} {t.name:14} {str(list(t.shape)):22} {t.dtype:8} {human_bytes(nbytes):>9}{layout}")
 

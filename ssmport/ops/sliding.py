@@ -9,8 +9,15 @@ mask built in the graph from the call's positions marks the slots that hold a wr
 position inside each token's window (zeros never written are masked, so nothing is cleared).
 
 A call writes each state once (ssmport.graph): every layer's new rows at their slots in one
-`index_copy` (`write`), or, where the token count is dynamic (the apple layout), in one blend
-over the W slots (`blend`). A prefill chunk may be longer than W: its tokens attend to each other under a
+`index_copy` (`write`), or, where the token count or the ring's size is dynamic, in one blend
+over the ring's slots (`blend`).
+
+A growing ring (ssmport.growing_kv, the default layout): the runner allocates S <= W slots as it
+does a KV cache's positions (256, doubled, capped at W: ssmport.runtime.kv_growth), so a call
+reads and writes the slots the tokens need, not W. While S < W nothing has wrapped (the
+runner grows S before a call would write position S), so slot j of the S held is slot j of
+the whole ring: the slot arithmetic keeps the constant W (`window`), and the masks and the
+blend cover the S slots allocated. `window` None: the ring is whole (W = its size). A prefill chunk may be longer than W: its tokens attend to each other under a
 band mask, and only its last min(T, W) real rows are written (consecutive positions, so
 distinct slots), so the final ring is the one the M=1 loop leaves (tests/test_ring_state.py).
 
@@ -37,31 +44,40 @@ def ring_slot(positions: torch.Tensor, window: int) -> torch.Tensor:
     return torch.where(r >= window, r - window, r)
 
 
-def slot_positions(start: torch.Tensor, window: int) -> torch.Tensor:
-    """int32 [W]: the position slot j holds before a call whose first token is at `start` [1]:
-    the latest q < start with q = j (mod W); negative where nothing was written yet."""
+def slot_positions(start: torch.Tensor, window: int, slots: int | None = None) -> torch.Tensor:
+    """int32 [slots]: the position slot j (of the first `slots`, default all W) holds before a
+    call whose first token is at `start` [1]: the latest q < start with q = j (mod W); negative
+    where nothing was written yet."""
     last = start.to(torch.int32) - 1
-    return last - ring_slot(last - torch.arange(window, dtype=torch.int32), window)
+    return last - ring_slot(last - torch.arange(window if slots is None else slots, dtype=torch.int32), window)
 
 
-def decode(q, k, v, K, V, position, scale: float):
-    """One token at `position` [1]: q [H, d]; its k, v [KVH, d]; the ring K, V [KVH, W, d] before
-    this token's write. It attends to the slots holding positions in [position-W+1, position-1]
-    and to itself. Returns o [H, d]."""
-    held = slot_positions(position, K.shape[1])
-    past = (held >= 0) & (held > position.to(torch.int32) - K.shape[1])
+def decode(q, k, v, K, V, position, scale: float, window: int | None = None):
+    """One token at `position` [1]: q [H, d]; its k, v [KVH, d]; the ring K, V [KVH, S, d] (S
+    slots of a window of `window`, default S) before this token's write. It attends to the slots
+    holding positions in [position-W+1, position-1] and to itself. Returns o [H, d].
+
+    Slot j holds such a position exactly when j < position (written) and j is not the slot this
+    token overwrites (it holds position-W): two comparisons over the slots and one ring_slot of
+    a scalar, where `slot_positions` runs the slot arithmetic over every slot (a dozen ops on a
+    dynamic shape in a growing ring: benchmarks/README.md, "A ring's decode cost")."""
+    W = window or K.shape[1]
+    p = position.to(torch.int32)
+    slots = torch.arange(K.shape[1], dtype=torch.int32)
+    past = (slots < p) & (slots != ring_slot(p, W))
     return attention.decode(q, k, v, K, V, position, scale, past=past)
 
 
-def chunk(q, k, v, K, V, start, scale: float):
+def chunk(q, k, v, K, V, start, scale: float, window: int | None = None):
     """T tokens at positions start .. start+T-1 (T may exceed W): q [T, H, d]; their k, v
-    [T, KVH, d]; the ring K, V [KVH, W, d] before the call. Token t attends to the ring slots
-    holding positions in [start+t-W+1, start-1] and to the chunk's rows s with t-W < s <= t.
-    Padding rows are never attended to by real rows (s <= t). Returns o [T, H, d]."""
-    T, W = q.shape[0], K.shape[1]
-    held = slot_positions(start, W).view(1, W)
+    [T, KVH, d]; the ring K, V [KVH, S, d] (S slots of a window of `window`, default S) before
+    the call. Token t attends to the ring slots holding positions in [start+t-W+1, start-1] and
+    to the chunk's rows s with t-W < s <= t. Padding rows are never attended to by real rows
+    (s <= t). Returns o [T, H, d]."""
+    T, W = q.shape[0], window or K.shape[1]
+    held = slot_positions(start, W, K.shape[1]).view(1, -1)
     first_seen = start.to(torch.int32) + torch.arange(T, dtype=torch.int32).view(T, 1) - W  # [T, 1]
-    past = (held >= 0) & (held > first_seen)  # [T, W]
+    past = (held >= 0) & (held > first_seen)  # [T, S]
     band = torch.tril(torch.ones(T, T, dtype=torch.bool)) & torch.triu(torch.ones(T, T, dtype=torch.bool), 1 - W)
     return attention.chunk(q, k, v, K, V, start, scale, past=past, causal=band)
 
@@ -85,19 +101,22 @@ def write(buffer: torch.Tensor, rows: list[torch.Tensor], positions: torch.Tenso
     buffer.index_copy_(3, where, stacked.to(buffer.dtype))
 
 
-def blend(buffer: torch.Tensor, rows: list[torch.Tensor], positions: torch.Tensor, valid_len: torch.Tensor | None) -> None:
-    """`write` without a scatter, for a call whose token count T is dynamic (the apple layout:
-    the converter refuses `index_copy` when its index count is not static): every layer's new
-    rows [heads, T, d] blended into the ring [L, 1, heads, W, d] (ssmport.ops.rows.blend_at).
-    Slot j takes the chunk's row holding the latest position = j (mod W) below the call's end,
-    if that position is the call's; so a chunk longer than W leaves its last W rows, and the
-    ring ends as `write` leaves it. The blend has the ring's static W slots, whatever T."""
-    W = buffer.shape[3]
+def blend(buffer: torch.Tensor, rows: list[torch.Tensor], positions: torch.Tensor, valid_len: torch.Tensor | None,
+          window: int | None = None) -> None:  # fmt: skip
+    """`write` without a scatter, for a call whose token count T or ring size S is dynamic (the
+    converter refuses `index_copy` when its index count or axis is not static): every layer's
+    new rows [heads, T, d] blended into the ring [L, 1, heads, S, d] of a window of `window`
+    (default S; ssmport.ops.rows.blend_at). Slot j takes the chunk's row holding the latest
+    position = j (mod W) below the call's end, if that position is the call's; so a chunk
+    longer than W leaves its last W rows, and the ring ends as `write` leaves it. The blend
+    covers the ring's S slots, whatever T."""
+    S = buffer.shape[3]
+    W = window or S
     if valid_len is None:  # decode: T = 1
-        blend_at(buffer, rows, torch.arange(W, dtype=torch.int32) == ring_slot(positions.view(1), W), None)
+        blend_at(buffer, rows, torch.arange(S, dtype=torch.int32) == ring_slot(positions.view(1), W), None)
         return
     start = positions[0:1].to(torch.int32)
-    offset = slot_positions(start + valid_len.to(torch.int32), W) - start  # [W]: the row landing in each slot
+    offset = slot_positions(start + valid_len.to(torch.int32), W, S) - start  # [S]: the row landing in each slot
     blend_at(buffer, rows, offset >= 0, offset.long())
 
 

@@ -165,25 +165,33 @@ class Runner:
             self._draft_bound = {s.name: NDArray(np.zeros(s.full_shape, dtype=np.dtype(s.dtype))) for s in m.draft.states}
 
     def _allocated_shape(self, s, tokens: int) -> tuple[int, ...]:
-        """The buffer shape of state `s` for `tokens` tokens: a growing KV cache's positions
-        follow them (kv_growth.positions_for), any other state its full shape."""
-        if not (s.kind == KV and s.shape[3] == DYNAMIC_DIM):
+        """The buffer shape of state `s` for `tokens` tokens: a growing KV cache's positions, or a
+        growing ring's slots, follow them (kv_growth.positions_for, up to the context or the
+        window), any other state its full shape."""
+        if not s.dynamic:
             return s.full_shape
-        return with_positions(s.shape, positions_for(tokens, s.context, self.kv_start))
+        return with_positions(s.shape, positions_for(tokens, s.max_context, self.kv_start))
 
     @property
     def kv_positions(self) -> int | None:
         """The positions the growing KV caches hold now (None: no growing KV cache)."""
-        grown = [self._bound[s.name].shape[3] for s in self.bundle.manifest.kv_states if s.shape[3] == DYNAMIC_DIM]
+        grown = [self._bound[s.name].shape[3] for s in self.bundle.manifest.kv_states if s.dynamic]
+        return min(grown, default=None)
+
+    @property
+    def ring_slots(self) -> int | None:
+        """The slots the growing rings hold now (None: no growing ring)."""
+        grown = [self._bound[s.name].shape[3] for s in self.bundle.manifest.ring_states if s.dynamic]
         return min(grown, default=None)
 
     def _make_room(self, needed: int) -> None:
-        """Grow the growing KV caches to hold `needed` tokens (their rows so far kept)."""
+        """Grow the growing KV caches and rings to hold `needed` tokens (their rows so far kept:
+        a ring smaller than its window has not wrapped, so its slots keep their places)."""
         from coreai.runtime import NDArray
 
-        for s in self.bundle.manifest.kv_states:
+        for s in self.bundle.manifest.states:
             shape = self._allocated_shape(s, needed)
-            if s.shape[3] == DYNAMIC_DIM and self._bound[s.name].shape[3] < shape[3]:
+            if s.dynamic and self._bound[s.name].shape[3] < shape[3]:
                 self._bound[s.name] = NDArray(with_rows(self._bound[s.name].numpy(), shape[3]))
 
     def state(self, name: str) -> np.ndarray:
@@ -193,9 +201,11 @@ class Runner:
 
     def snapshot(self) -> StateSnapshot:
         """A copy of every state and of the tokens fed: O(fixed state size) plus, for kv
-        states, the rows of the tokens so far."""
+        states, the rows of the tokens so far. A growing ring is kept whole, W slots (those
+        not allocated yet are zero), as a static one is."""
         m, n = self.bundle.manifest, len(self.tokens)
-        states = {s.name: self._bound[s.name].numpy()[:, :, :, :n].copy() if s.kind == KV else self.state(s.name)
+        states = {s.name: self._bound[s.name].numpy()[:, :, :, :n].copy() if s.kind == KV
+                  else with_rows(self.state(s.name), s.window) if s.dynamic else self.state(s.name)
                   for s in m.states}  # fmt: skip
         return StateSnapshot(m.bundle_id, m.architecture, states, tuple(self.tokens))
 
@@ -209,10 +219,8 @@ class Runner:
         arrays = {}
         for s in m.states:
             arrays[s.name] = np.ascontiguousarray(snap.states[s.name])
-            if s.kind == KV:
-                full = np.zeros(self._allocated_shape(s, len(snap.tokens)), dtype=arrays[s.name].dtype)
-                full[:, :, :, : len(snap.tokens)] = arrays[s.name]
-                arrays[s.name] = full
+            if s.dynamic:  # a kv state's rows, or a ring's W slots, into the slots the tokens need
+                arrays[s.name] = with_rows(arrays[s.name], self._allocated_shape(s, len(snap.tokens))[3])
         # NDArray copies the array it is given (and `.numpy()` returns a copy): bind new ones.
         self._bound = {name: NDArray(arrays[name]) for name in self.state_names}
         self.tokens = list(snap.tokens)

@@ -26,9 +26,9 @@ _TOKENS_KEY = "tokens"
 
 def held_shape(entry: StateEntry, tokens: int) -> tuple[str, tuple[int, ...], str]:
     """(name, shape, dtype) a snapshot holds of a state after `tokens` tokens: a kv state's
-    first `tokens` positions, a fixed state whole."""
+    first `tokens` positions, a fixed state or a ring whole (a growing ring's W slots)."""
     if entry.kind != KV:
-        return entry.key
+        return entry.name, entry.full_shape, entry.dtype
     return entry.name, with_positions(entry.shape, tokens), entry.dtype
 
 

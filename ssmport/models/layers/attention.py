@@ -163,12 +163,14 @@ class AttentionMixer(nn.Module):
         keys, values = self.states
         K, V = slices[keys].float(), slices[values].float()
         scale = s.scale if s.scale is not None else s.head_dim**-0.5
-        ops = sliding if s.window else attention
+        # a ring may hold fewer slots than its window (a growing ring, ssmport.growing_kv): the
+        # slot arithmetic takes the window itself
+        ops, window = (sliding, {"window": s.window}) if s.window else (attention, {})
         if step.decode:
             o = ops.decode(q.view(s.heads, -1), k.view(s.kv_heads, -1), v.view(s.kv_heads, -1), K, V,
-                           step.positions, scale).view(1, s.q_size)  # fmt: skip
+                           step.positions, scale, **window).view(1, s.q_size)  # fmt: skip
         else:
-            o = ops.chunk(q, k, v, K, V, step.positions[0:1], scale).reshape(T, s.q_size)
+            o = ops.chunk(q, k, v, K, V, step.positions[0:1], scale, **window).reshape(T, s.q_size)
         if s.output_gate:
             o = o * torch.sigmoid(parts[3])
         if s.head_gate:
