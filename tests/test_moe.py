@@ -214,18 +214,22 @@ def test_the_branched_form_equals_a_loop_over_the_chosen_experts(model):
                 torch.testing.assert_close(branched, m._gathered(h, chosen, weights))
 
 
-def test_branched_bundle_matches_transformers(folder, reference, tmp_path):
-    """--experts branched: the decode graph holds an `if` per expert of every MoE layer, passes its
-    gate and meets transformers as the default bundle does."""
+def test_branched_bundle_matches_transformers(family, folder, reference, tmp_path):
+    """--experts branched: the decode graph holds an `if` per expert of every MoE layer and meets
+    transformers as the default bundle does. Two families' bundles (sigmoid routing; softmax with
+    a gated shared expert): the branched form is ExpertMixture's alone, and the test above checks
+    it in all four in torch (CI time)."""
+    if family not in ("lfm2_moe", "qwen3_5_moe"):
+        pytest.skip("the branched form is family-independent; its bundle is checked on lfm2_moe and qwen3_5_moe")
     from ir_checks import graph_texts
 
     from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
-    bundle = export(str(folder), tmp_path, quant="fp32", gate_steps=6, prefill_chunk=None, experts="branched",
+    bundle = export(str(folder), tmp_path, quant="fp32", gate=False, prefill_chunk=None, experts="branched",
                     progress=False)  # fmt: skip
-    assert bundle.manifest.gate.passed and bundle.manifest.export["experts"] == "branched"
+    assert bundle.manifest.export["experts"] == "branched"
     with Runner(bundle.path, prefill=False) as runner:
         ours = runner.step_each(TOKENS)
     theirs = reference.step_logits.numpy()

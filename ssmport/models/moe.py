@@ -36,7 +36,6 @@ from ssmport.errors import SsmportError
 from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.mlp import ReluSquaredMLP, SwiGLU
 from ssmport.models.loading import Stored
-from ssmport.ops.matmul import FloatExperts
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
@@ -194,7 +193,7 @@ class ExpertMixture(nn.Module):
         s = self.spec
         chosen, weights = route(s, h @ self.router, self.bias if s.expert_bias else None)
         one_token = isinstance(h.shape[0], int) and h.shape[0] == 1  # not a symbolic T (the apple layout's chunks)
-        if self.form == BRANCHED and one_token and isinstance(self.gate_up, FloatExperts):
+        if self.form == BRANCHED and one_token and self.gate_up.float_stack:
             out = self._branched(h, chosen, weights)
         else:  # at every T: faster than `_dense` up to 64 rows
             out = self._gathered(h, chosen, weights)
@@ -265,7 +264,7 @@ def use_expert_form(module: nn.Module, form: str) -> None:
     if form not in EXPERT_FORMS:
         raise ValueError(f"unknown expert form {form!r}; choose {' or '.join(EXPERT_FORMS)}")
     mixtures = [m for m in module.modules() if isinstance(m, ExpertMixture)]
-    if form == BRANCHED and not any(isinstance(m.gate_up, FloatExperts) for m in mixtures):
+    if form == BRANCHED and not any(m.gate_up.float_stack for m in mixtures):
         raise SsmportError("--experts branched needs routed experts stored in float (fp32 or fp16): "
                            + ("this model has no routed experts" if not mixtures else
                               "this recipe stores them as integers; use --quant fp32 or fp16, or --experts gathered"))

@@ -192,7 +192,10 @@ class ExpertStack:
     """What every stack of per-expert weights [E, in, out] read by expert index offers (the export
     forms below, the gate's and `auto`'s probes): `select(idx)` the chosen experts' weights
     [n, in, out], `whole()` the stack, and `times(x, idx)` a token's rows times its chosen experts'
-    weights, the form `models.moe.ExpertMixture` applies them in."""
+    weights, the form `models.moe.ExpertMixture` applies them in. `float_stack`: whether `weight[e]`
+    holds expert e's weights as they are (float), so one expert can be read in place by a static view."""
+
+    float_stack = False
 
     def times(self, x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         """x [T, 1 or k, 1, in] @ the chosen experts' weights (idx [T*k]: token t's k experts at
@@ -207,6 +210,8 @@ class FloatExperts(ExpertStack, nn.Module):
     `select(idx)` reads only the chosen experts' weights (a gather on the stack: what a
     decode step of a mixture-of-experts layer reads); `whole()` the stack, for the dense form
     that runs every expert (a prefill chunk whose tokens between them choose most experts)."""
+
+    float_stack = True
 
     def __init__(self, stack: torch.Tensor):
         super().__init__()
