@@ -125,3 +125,23 @@ def decode_only_bundles(request, tmp_path_factory):
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_other_hybrids_decode_work_does_not_grow_with_the_allocation(decode_only_bundles, layout):
     assert_same_work_at_both_contexts(decode_only_bundles, layout)
+
+
+def test_a_static_kv_cache_is_restored_whole(tmp_path, monkeypatch):
+    """A KV cache with a static position axis (a plugin's own decode module, or a bundle
+    exported before growing caches) is snapshotted up to its tokens and restored to its whole
+    context, as a growing one is to its allocation."""
+    import ssmport.layouts
+
+    monkeypatch.setattr(ssmport.layouts.growing_kv, "grows", lambda specs: False)
+    bundle = export("lfm2-tiny", tmp_path, quant="fp32", gate=False, progress=False, context=64,
+                    prefill_chunk=None).path  # fmt: skip
+    with Runner(bundle) as runner:
+        assert runner.kv_positions is None  # nothing grows: every kv state is [.., 64, ..]
+        runner.feed(prompt(10, runner.vocab_size))
+        snap = runner.snapshot()
+        after = [runner.step(t) for t in prompt(8, runner.vocab_size, seed=1)]
+        runner.restore(snap)
+        again = [runner.step(t) for t in prompt(8, runner.vocab_size, seed=1)]
+    for a, b in zip(after, again):
+        np.testing.assert_array_equal(a, b)

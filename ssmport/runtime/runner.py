@@ -219,7 +219,9 @@ class Runner:
         arrays = {}
         for s in m.states:
             arrays[s.name] = np.ascontiguousarray(snap.states[s.name])
-            if s.dynamic:  # a kv state's rows, or a ring's W slots, into the slots the tokens need
+            # a kv state's rows (static: into its whole context), or a growing ring's W slots,
+            # into the positions or slots the tokens need
+            if s.kind == KV or s.dynamic:
                 arrays[s.name] = with_rows(arrays[s.name], self._allocated_shape(s, len(snap.tokens))[3])
         # NDArray copies the array it is given (and `.numpy()` returns a copy): bind new ones.
         self._bound = {name: NDArray(arrays[name]) for name in self.state_names}
