@@ -16,7 +16,6 @@ import json
 import statistics
 import sys
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -28,6 +27,7 @@ sys.path.insert(0, str(HERE.parent / "tests"))
 
 def measure(folder: Path, out: Path, share: bool, steps: int, warmup: int) -> tuple[dict, np.ndarray]:
     import ssmport.exporter.convert as convert
+    from ssmport.bench import step_times_ms
     from ssmport.bundle import Bundle
     from ssmport.exporter.pipeline import export
     from ssmport.runtime import Runner
@@ -40,15 +40,13 @@ def measure(folder: Path, out: Path, share: bool, steps: int, warmup: int) -> tu
     finally:
         convert.store_tied_table_once = keep
     ops = count_ops(Bundle.open(result.path), prefill=False)["main"]
-    times, logits = [], []
+    logits = []
     with Runner(result.path) as runner:
-        for i in range(warmup + steps):
-            start = time.perf_counter()
-            logits.append(runner.step(1 + (i * 7) % 50))
-            times.append(time.perf_counter() - start)
+        tokens = [1 + (i * 7) % 50 for i in range(warmup + steps)]
+        times = step_times_ms(lambda t: logits.append(runner.step(t)), runner.reset, tokens, warmup)
     return {"shared": share, "plan_bytes": result.manifest.plan["summary"]["total"],
             "asset_bytes": result.manifest.asset.bytes, "ops_per_decode_call": ops.ops,
-            "decode_ms": round(1e3 * statistics.median(times[warmup:]), 2)}, np.stack(logits)  # fmt: skip
+            "decode_ms": round(statistics.median(times), 2)}, np.stack(logits)  # fmt: skip
 
 
 def main() -> None:

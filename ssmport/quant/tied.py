@@ -43,7 +43,7 @@ def store_tied_table_once(lm: nn.Module, builder: WeightBuilder) -> bool:
     if builder.recipe.per_tensor or not isinstance(embed, Embedding) or not isinstance(proj, FloatMatmul):
         return False
     table = embed.weight
-    if isinstance(table, HeadColumns) or not proj.holds_transpose_of(table):
+    if not proj.holds_transpose_of(table):  # also False for a table that is not a float tensor
         return False
     builder.share(table, proj)
     del embed.weight  # the table's own copy goes
