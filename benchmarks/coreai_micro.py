@@ -64,12 +64,16 @@ def call_times_ms(module: torch.nn.Module, x: np.ndarray, calls: int, states: di
     states = states or {}
     with loaded_main(module, x, list(states)) as (loop, fn):
         bound = {name: NDArray(value) for name, value in states.items()}
-        inputs = {"x": NDArray(x)}
-        for _ in range(3):
-            loop.run_until_complete(fn(inputs=inputs, state=bound))
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            loop.run_until_complete(fn(inputs=inputs, state=bound))
-            times.append(1000 * (time.perf_counter() - start))
+        return timed_calls(loop, fn, {"x": NDArray(x)}, bound, calls)
+
+
+def timed_calls(loop, fn, inputs: dict, state: dict, calls: int) -> list[float]:
+    """The wall times (ms) of `calls` calls of a loaded function after 3 untimed ones."""
+    for _ in range(3):
+        loop.run_until_complete(fn(inputs=inputs, state=state))
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        loop.run_until_complete(fn(inputs=inputs, state=state))
+        times.append(1000 * (time.perf_counter() - start))
     return times

@@ -27,7 +27,6 @@ import argparse
 import collections
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).parent))
-from coreai_micro import loaded_model  # noqa: E402
+from coreai_micro import loaded_model, timed_calls  # noqa: E402
 from profile_ops import recorder  # noqa: E402
 
 from ssmport.runtime.op_count import CALL_EVENT, summarize  # noqa: E402
@@ -121,14 +120,8 @@ def measure(step: Step, x: np.ndarray, calls: int) -> dict:
     inputs = {"x": NDArray(x)}
     with loaded_model(step, x, []) as (loop, model):
         fn = model.load_function("main")
-        for _ in range(3):
-            out = loop.run_until_complete(fn(inputs=inputs, state={}))
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            loop.run_until_complete(fn(inputs=inputs, state={}))
-            times.append(1000 * (time.perf_counter() - start))
-        y = out["y"].numpy()
+        times = timed_calls(loop, fn, inputs, {}, calls)
+        y = loop.run_until_complete(fn(inputs=inputs, state={}))["y"].numpy()
         del fn
         profiler, intervals = recorder()
         fn = model.load_function("main", profiler=profiler)
