@@ -646,6 +646,8 @@ case("int4-recipe-case", "export", "a recipe name in capitals (`INT4`)",
      lambda e: ["export", e.pth, "--quant", "INT4", *_out(e)], "invalid choice: 'INT4'")  # fmt: skip
 
 # === export: options =======================================================================
+case("experts-unknown", "export", "an unknown --experts form", lambda e: ["export", e.pth, "--experts", "inplace", *_out(e)],
+     "invalid choice: 'inplace'")  # fmt: skip
 case("experts-branched-dense", "export", "--experts branched for a model without routed experts",
      lambda e: ["export", e.pth, "--quant", "fp32", "--experts", "branched", *_out(e)],
      "--experts branched needs routed experts stored in float (fp32 or fp16): this model has no routed experts")  # fmt: skip
