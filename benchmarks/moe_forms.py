@@ -2,9 +2,10 @@
 one `ExpertMixture` (ssmport.models.moe) at LFM2-8B-A1B's routing (4 of 32 experts, sigmoid,
 expert bias) with smaller experts, timed per call for T = 1 (decode) and prefill chunks, in
 the gathered form (a gather W[idx] of the chosen experts' stacked weights + batched matmul) and
-the dense form (every expert over the chunk, a dense [T, E] routing matrix), and at T = 1 the
-branched form (`--experts branched`: an `if` per expert, reading W[e] in place); with the
-runtime's op count per call and the expert weight bytes each form reads.
+the dense form (every expert over the chunk, a dense [T, E] routing matrix), and the branched
+form (`--experts branched`: an `if` per expert, taken when some token chose it, reading W[e] in
+place over all T rows); with the runtime's op count per call and the expert weight bytes each
+form reads.
 
     PYTHONPATH=$PWD python benchmarks/moe_forms.py [--hidden 1024 --width 768 --experts 32 --top-k 4 --forms gather dense branch]
 """
@@ -52,7 +53,7 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=4)
     ap.add_argument("--rows", type=int, nargs="+", default=[1, 8, 16, 64])
     ap.add_argument("--calls", type=int, default=10)
-    ap.add_argument("--forms", nargs="+", default=["gather", "dense", "branch"], help="branch: at T = 1 only")
+    ap.add_argument("--forms", nargs="+", default=["gather", "dense", "branch"])
     a = ap.parse_args()
     spec = moe.MoeSpec(a.experts, a.top_k, a.width, moe.SIGMOID, True, 1e-6, 1.0, True)
     names = moe.MoeNames("gate", ("e{e}.w1", "e{e}.w3", "e{e}.w2"), bias="bias")
@@ -62,10 +63,12 @@ def main() -> None:
     print(f"C={a.hidden} F={a.width} {spec.describe()}: {expert_bytes / 1e6:.1f} MB per expert (fp32)")
     for T in a.rows:
         x = np.random.default_rng(T).standard_normal((T, a.hidden)).astype(np.float32)
-        for name in [f for f in a.forms if f != "branch" or T == 1]:
+        with torch.no_grad():
+            taken = len(moe.route(spec, torch.from_numpy(x) @ mixture.router, mixture.bias)[0].unique())
+        for name in a.forms:
             form = Form(mixture, name)
             ms = call_times_ms(form, x, a.calls)
-            read = a.experts if name == "dense" else T * a.top_k
+            read = {"dense": a.experts, "branch": taken}.get(name, T * a.top_k)  # gather: a copy per token and choice
             print(f"T={T:3d} {name:6}: {np.median(ms):8.2f} ms/call  "
                   f"{ops_per_call(form, torch.from_numpy(x)):3d} ops  expert weights read {read * expert_bytes / 1e6:7.1f} MB", flush=True)
 

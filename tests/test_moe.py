@@ -195,52 +195,61 @@ def test_gathered_and_dense_forms_agree(model):
 
 
 def test_the_branched_form_equals_a_loop_over_the_chosen_experts(model):
-    """The branched decode form (an `if` per expert, reading W[e] in place) of every MoE layer
-    equals a Python loop over the token's chosen experts on the same stored weights, and the
-    gathered form."""
+    """The branched form (an `if` per expert, reading W[e] in place) of every MoE layer, for one
+    token and for a chunk, equals a Python loop over each token's chosen experts on the same
+    stored weights, and the gathered form."""
     decode = eager_modules(model)[0]
     mixtures = [m for m in decode.modules() if isinstance(m, moe.ExpertMixture)]
     g = torch.Generator().manual_seed(1)
     for m in mixtures:
-        for _ in range(3):
-            h = torch.randn(1, model.config.hidden_size, generator=g)
+        for rows in (1, 1, 1, 6):
+            h = torch.randn(rows, model.config.hidden_size, generator=g)
             with torch.no_grad():
                 chosen, weights = moe.route(m.spec, h @ m.router, m.bias if m.spec.expert_bias else None)
                 loop = torch.zeros_like(h)
-                for e, w in zip(chosen[0].tolist(), weights[0].tolist()):
-                    loop += w * (m._activate(h @ m.gate_up.weight[e]) @ m.down.weight[e])
+                for t in range(rows):
+                    for e, w in zip(chosen[t].tolist(), weights[t].tolist()):
+                        loop[t] += w * (m._activate(h[t : t + 1] @ m.gate_up.weight[e]) @ m.down.weight[e])[0]
                 branched = m._branched(h, chosen, weights)
                 torch.testing.assert_close(branched, loop, rtol=0, atol=1e-6 * float(loop.abs().max()))
                 torch.testing.assert_close(branched, m._gathered(h, chosen, weights))
 
 
-def test_branched_bundle_matches_transformers(family, folder, reference, tmp_path):
-    """--experts branched: the decode graph holds an `if` per expert of every MoE layer and meets
-    transformers as the default bundle does. Two families' bundles (sigmoid routing; softmax with
-    a gated shared expert): the branched form is ExpertMixture's alone, and the test above checks
-    it in all four in torch (CI time)."""
+def test_branched_bundle_matches_transformers(family, folder, reference, bundle, tmp_path):
+    """--experts branched: the decode and prefill graphs hold an `if` per expert of every MoE
+    layer, the bundle meets transformers as the default bundle does, its prefill equals its M=1
+    loop, and the expert stacks are stored once (the per-expert constants W[e] are shared by the
+    two functions: a gathering prefill beside a branched decode stored them twice). Two
+    families' bundles (sigmoid routing; softmax with a gated shared expert): the branched form
+    is ExpertMixture's alone, and the test above checks it in all four in torch (CI time)."""
     if family not in ("lfm2_moe", "qwen3_5_moe"):
         pytest.skip("the branched form is family-independent; its bundle is checked on lfm2_moe and qwen3_5_moe")
     from ir_checks import graph_texts
 
+    from ssmport.bundle import dir_bytes
     from ssmport.exporter.convert import convert
     from ssmport.quant import get_recipe
     from ssmport.quant.plan import WeightBuilder
 
-    bundle = export(str(folder), tmp_path, quant="fp32", gate=False, prefill_chunk=None, experts="branched",
-                    progress=False)  # fmt: skip
-    assert bundle.manifest.export["experts"] == "branched"
-    with Runner(bundle.path, prefill=False) as runner:
+    branched = export(str(folder), tmp_path, quant="fp32", gate=False, prefill_chunk=CHUNK, experts="branched",
+                      progress=False)  # fmt: skip
+    assert branched.manifest.export["experts"] == "branched"
+    with Runner(branched.path, prefill=False) as runner:
         ours = runner.step_each(TOKENS)
     theirs = reference.step_logits.numpy()
     assert np.abs(ours - theirs).max() <= CORE_AI_ATOL
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
+    assert_coreai_prefill_equals_m1_loop(branched.path, CHUNK + 3)
+    # stored once: the assets differ by graph text, not by a second copy of the expert stacks
+    stacks = sum(e["bytes"] for e in branched.manifest.plan_tensors if e.get("rows_read"))
+    assert stacks > 0 and abs(dir_bytes(branched.path) - dir_bytes(bundle.path)) < stacks / 4
     model = load_checkpoint(folder)
-    arch, cfg = model.architecture, model.config
-    program = convert(model, WeightBuilder(get_recipe("fp32"), arch.keeps_float), torch.float32, prefill_chunk=None,
+    arch = model.architecture
+    program = convert(model, WeightBuilder(get_recipe("fp32"), arch.keeps_float), torch.float32, prefill_chunk=CHUNK,
                       experts="branched").program  # fmt: skip
     mixtures = [m for m in eager_modules(model)[0].modules() if isinstance(m, moe.ExpertMixture)]
-    assert graph_texts(program)["main"].count("coreai.if") == sum(m.spec.experts for m in mixtures) > 0
+    texts = graph_texts(program)
+    assert texts["main"].count("coreai.if") == texts["prefill"].count("coreai.if") == sum(m.spec.experts for m in mixtures) > 0
 
 
 def test_fused_layout_loads_the_same_model(folder, family, model, reference, tmp_path):

@@ -62,10 +62,11 @@ def add_parser(sub) -> None:
                    "`main` takes [1, T] through the chunk path, which the 86b363d engines need (they "
                    "send whole prompts to `main`) at the cost of a heavier decode step")  # fmt: skip
     p.add_argument("--experts", choices=["gathered", "branched"], default="gathered",  # moe.EXPERT_FORMS
-                   help="MoE models: how a decode step reads its routed experts. gathered (default): the "
-                   "chosen experts' weights copied by index, then one batched matmul; branched: an `if` per "
-                   "expert reading its weights in place, 2.7x faster per layer on the Linux runtime but E "
-                   "host-decided branches a layer on a device (benchmarks/moe_inplace.py)")  # fmt: skip
+                   help="MoE models: how decode and prefill read the routed experts. gathered (default): "
+                   "each token's chosen experts' weights copied by index, then one batched matmul; branched: "
+                   "an `if` per expert reading its weights in place over the call's tokens, 2.7x faster per "
+                   "decode layer on the Linux runtime but E host-decided branches a layer on a device "
+                   "(benchmarks/moe_inplace.py)")  # fmt: skip
     p.add_argument("--profile-memory", action="store_true",
                    help="trace the peak RSS of every stage (loading, building, torch.export, conversion, "
                    "writing, lowering, the gate); printed after the export and recorded in the manifest")

@@ -33,8 +33,8 @@ class ExportOptions:
     token per call, its default) or "chunk" (ssmport.apple.graph); the default "ssmport" is the
     M=1 decode graph + padded chunks. `context`: the positions a model with a KV cache holds
     (None: its config's default). `verify` K: a `verify` function for speculative decoding
-    (None: none; docs/speculative.md says why that is the default). `experts`: how the decode
-    function reads a token's routed experts (ssmport.models.moe: "gathered", the default, or
+    (None: none; docs/speculative.md says why that is the default). `experts`: how every
+    function reads its tokens' routed experts (ssmport.models.moe: "gathered", the default, or
     "branched", faster on the Linux runtime, an `if` per expert). `profile_memory`: trace
     the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
     most bytes under quant "auto" (ssmport.quant.auto). `weights`, `synthetic`, `seed`,

@@ -162,7 +162,7 @@ def route(spec: MoeSpec, logits: torch.Tensor, bias: torch.Tensor | None) -> tup
 
 class ExpertMixture(nn.Module):
     """The export form of `MoeSpec` on the normed input h [T, C] (returns [T, C]). `form`: how one
-    token (decode) reads its experts, GATHERED or BRANCHED (`use_expert_form`)."""
+    token or chunk reads its experts, GATHERED or BRANCHED (`use_expert_form`)."""
 
     def __init__(self, spec: MoeSpec, names: MoeNames, src: TensorSource, b: WeightBuilder):
         super().__init__()
@@ -192,8 +192,7 @@ class ExpertMixture(nn.Module):
     def forward(self, h: torch.Tensor) -> torch.Tensor:
         s = self.spec
         chosen, weights = route(s, h @ self.router, self.bias if s.expert_bias else None)
-        one_token = isinstance(h.shape[0], int) and h.shape[0] == 1  # not a symbolic T (the apple layout's chunks)
-        if self.form == BRANCHED and one_token and self.gate_up.float_stack:
+        if self.form == BRANCHED and self.gate_up.float_stack:
             out = self._branched(h, chosen, weights)
         else:  # at every T: faster than `_dense` up to 64 rows
             out = self._gathered(h, chosen, weights)
@@ -212,20 +211,31 @@ class ExpertMixture(nn.Module):
         return (y.float().view(T, k, C) * weights.view(T, k, 1)).sum(1)
 
     def _branched(self, h: torch.Tensor, chosen: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-        """One token's experts read in place: for each of the E experts, an `if` taken when the
-        token chose it, whose matmuls read W[e] with a static e. On the Linux runtime a static
-        index of the stack is a view, where the gather W[idx] copies the k experts first (and a
-        slice at a runtime index, W.narrow(0, idx[j].item(), 1), copies at ~0.3 GB/s):
-        benchmarks/moe_inplace.py, one LFM2-8B-A1B layer 37.2 -> 13.8 ms, E + 4k more kernels."""
-        x, routing = h.to(self.gate_up.dtype), self._routing(chosen, weights)[0]  # [E]
+        """The T tokens' experts read in place: for each of the E experts, an `if` taken when any
+        token chose it, whose matmuls read W[e] with a static e over all T rows, each row weighted
+        by its token's routing weight (0: not chosen). The converter stores each W[e] as a
+        constant of its own, so the decode and prefill functions share those E constants and the
+        stack is stored once (a gathering prefill beside a branched decode stored it twice:
+        lfm2-moe-tiny 8.49 vs 5.30 MB). On the Linux runtime this is where a decode token gains
+        (the gather W[idx] copies the k experts first; a slice at a runtime index,
+        W.narrow(0, idx[j].item(), 1), copies at ~0.3 GB/s): benchmarks/moe_inplace.py, one
+        LFM2-8B-A1B layer 37.2 -> 13.8 ms. A chunk runs every expert some token chose over all
+        its rows: the dense form's multiply-adds, each expert read once."""
+        x, routing = h.to(self.gate_up.dtype), self._routing(chosen, weights)  # [T, E]
+        one_token = isinstance(h.shape[0], int) and h.shape[0] == 1
+        # A token's predicate reads the weight's own slice (one `!=` an expert); a chunk's, one
+        # `any` for the layer. Comparing the whole row once is no cheaper for a token: each
+        # expert's predicate is then a slice of its own (measured: lfm2-moe-tiny 531 -> 547 ops).
+        taken = None if one_token else (routing != 0).any(0)  # [E]
         out = torch.zeros_like(h)
         for e in range(self.spec.experts):
-            operands = (out, x, routing[e : e + 1], self.gate_up.weight[e], self.down.weight[e])
-            out = torch.cond(routing[e] != 0, self._add_expert, _unchanged, operands)
+            weight = routing[:, e : e + 1]  # [T, 1]
+            operands = (out, x, weight, self.gate_up.weight[e], self.down.weight[e])
+            out = torch.cond(weight[0, 0] != 0 if one_token else taken[e], self._add_expert, _unchanged, operands)
         return out
 
     def _add_expert(self, out, x, weight, gate_up, down) -> torch.Tensor:
-        """out + weight * the expert with these weights, of the token x [1, C]."""
+        """out + weight * the expert with these weights, of the tokens x [T, C] (weight [T, 1])."""
         a = self._activate((x @ gate_up).float())
         return out + weight * (a.to(down.dtype) @ down).float()
 
@@ -258,7 +268,7 @@ def _unchanged(out, x, weight, gate_up, down) -> torch.Tensor:
 
 
 def use_expert_form(module: nn.Module, form: str) -> None:
-    """Every `ExpertMixture` in `module` reads a decode token's experts in `form` (EXPERT_FORMS).
+    """Every `ExpertMixture` in `module` reads its tokens' experts in `form` (EXPERT_FORMS).
     BRANCHED reads float expert stacks only: a model with none is refused in one line, so a
     manifest never says "branched" of a graph that gathers."""
     if form not in EXPERT_FORMS:
