@@ -150,10 +150,12 @@ def _print_ops(bundle, count_now: bool) -> None:
 def _print_interface(function, states) -> None:
     for kind, entries in (("input", function.inputs), ("state", states), ("output", function.outputs)):
         for t in entries:
-            # a growing state (a dynamic KV cache or ring) at its largest, not its -1 placeholder
-            nbytes = math.prod(getattr(t, "full_shape", t.shape)) * _itemsize(t.dtype)
+            # a growing state (a dynamic KV cache or ring) at its largest, not its -1 placeholder;
+            # an input with a dynamic axis (the apple layout's tokens) has no size until a call
+            shape = getattr(t, "full_shape", t.shape)
+            size = human_bytes(math.prod(shape) * _itemsize(t.dtype)) if min(shape, default=0) >= 0 else "per call"
             layout = f"  {t.axes}" if getattr(t, "axes", "") else ""
-            print(f"  {kind:6} {t.name:14} {str(list(t.shape)):22} {t.dtype:8} {human_bytes(nbytes):>9}{layout}")
+            print(f"  {kind:6} {t.name:14} {str(list(t.shape)):22} {t.dtype:8} {size:>9}{layout}")
 
 
 def _source(src: dict) -> str:
