@@ -114,7 +114,7 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                                      o.layout, auto, o.verify, o.experts)  # fmt: skip
             bundle = Bundle(tmp, manifest)
             if o.experts != GATHERED:
-                manifest.export["experts"] = o.experts  # the decode graph's expert form (--experts)
+                manifest.export["experts"] = o.experts  # every function's expert form (--experts)
             headline = None
             if o.gate:
                 from ssmport.gate.run import gate_bundle  # imports the runtime only when needed
