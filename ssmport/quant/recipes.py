@@ -187,7 +187,8 @@ RECIPES: dict[str, Recipe] = {
             "int4 weights (symmetric, one fp16 scale per 32 inputs) on the weight bulk (FFN); "
             "int8 on the LM head and on the output projections into the residual; what feeds the "
             "recurrence and the conv stays 16-bit, or int8 where the architecture measured it safe "
-            "(RWKV-7: r/k/v/o, LoRAs); embeddings fp16, norms and per-channel vectors fp32.",
+            "(RWKV-7: r/k/v/o, LoRAs); embeddings fp16 (a tied one read from the int8 head), norms and "
+            "per-channel vectors fp32.",
             torch.float16,
             "bulk",
             GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
