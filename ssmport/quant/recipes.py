@@ -76,7 +76,7 @@ class Recipe:
     def int8_head(self) -> bool:
         """Whether this recipe stores an LM head (one the architecture does not keep float) as
         symmetric int8 blocks: what a tied table can be read from."""
-        return not self.per_tensor and self.name != "auto" and not self.zero_point and self.weight_bits(False, "head") == 8
+        return not self.per_tensor and not self.zero_point and self.weight_bits(False, "head") == 8
 
     def storage(self, name: str, role: str, keeps_float: bool, int8_safe: bool = False,
                 expert_stack: bool = False, int4_safe_experts: bool = False) -> tuple[int | None, bool]:  # fmt: skip
