@@ -727,6 +727,9 @@ case("quant-auto-without-budget", "export", "--quant auto without --size-budget"
      lambda e: ["export", e.pth, "--quant", "auto", *_out(e)], "--quant auto needs --size-budget SIZE")  # fmt: skip
 case("size-budget-without-auto", "export", "--size-budget without --quant auto",
      lambda e: ["export", e.pth, "--quant", "int8", "--size-budget", "1MB", *_out(e)], "--size-budget applies to --quant auto only")  # fmt: skip
+case("int8-tied-table-without-int8-head", "export", "--int8-tied-table with a recipe whose LM head is not int8",
+     lambda e: ["export", e.pth, "--quant", "fp16", "--int8-tied-table", *_out(e)],
+     "--int8-tied-table reads a tied table from an int8 LM head, which --quant fp16 does not store")  # fmt: skip
 for bid, value, message in (("0", "0", "--size-budget '0' is not a size"), ("negative", "-1MB", "--size-budget '-1MB' is not a size"),
                             ("garbage", "lots", "--size-budget 'lots' is not a size"),
                             ("unit", "3TB", "--size-budget '3TB' is not a size"),

@@ -85,3 +85,147 @@ def test_inspect_says_where_the_table_is(bundles, capsys):
     assert main(["inspect", str(bundles[0].path), "--plan"]) == 0
     out = capsys.readouterr().out
     assert "embedding" in out and "(read from lm_head.weight)" in out
+
+
+# --- an int8 head (ssmport.quant.tied: the table read from its levels and scales) -------------
+
+def _int8_head(table: torch.Tensor):
+    from ssmport.ops.matmul import BlockwiseMatmul
+    from ssmport.quant.blockwise import quantize_blockwise
+
+    b = quantize_blockwise(table.t(), bits=8)
+    return BlockwiseMatmul(b.q, b.scale), b
+
+
+@pytest.mark.parametrize("vocab", [96, 5000])
+def test_int8_head_columns_are_the_dequantized_table_rows(vocab):
+    """The gathered levels times their scales, against the whole head dequantized and transposed."""
+    from ssmport.quant.int8 import dequantize_int8_blockwise
+
+    table = torch.randn(vocab, 64, generator=torch.Generator().manual_seed(vocab))
+    head, b = _int8_head(table)
+    ids = torch.tensor([0, 5, vocab // 2, vocab - 1, 5])
+    assert torch.equal(head.columns(ids), dequantize_int8_blockwise(b.q, b.scale).t()[ids])
+
+
+def test_an_int8_head_holds_only_the_table_it_was_quantized_from():
+    from ssmport.ops.matmul import BlockwiseMatmul
+    from ssmport.quant.blockwise import quantize_blockwise
+    from ssmport.quant.tied import quantizes_to
+
+    table = torch.randn(5000, 64, generator=torch.Generator().manual_seed(2))
+    head, _ = _int8_head(table)
+    assert quantizes_to(table, head)
+    moved = table.clone()
+    moved[4999, 63] += 0.05  # the very last value: its level moves
+    assert not quantizes_to(moved, head)
+    assert not quantizes_to(table[:4999], head)
+    four = quantize_blockwise(table.t(), bits=4)  # the same table at 4 bits, and affine at 8
+    affine = quantize_blockwise(table.t(), bits=8, affine=True)
+    assert not quantizes_to(table, BlockwiseMatmul(four.q, four.scale, bits=4))
+    assert not quantizes_to(table, BlockwiseMatmul(affine.q, affine.scale, affine.zero_point))
+
+
+INT8_DIMS = replace(hf.Lfm2Dims(), vocab=2048, hidden=64)  # a width of whole blocks: the head is int8
+EMBED = "model.embed_tokens.weight"
+
+
+def _embedding_entry(entries) -> dict:
+    """The embedding's plan entry, from a manifest's plan or a builder's entries."""
+    (entry,) = [e if isinstance(e, dict) else e.to_json() for e in entries
+                if (e["role"] if isinstance(e, dict) else e.role) == "embedding"]  # fmt: skip
+    return entry
+
+
+@pytest.fixture(scope="module")
+def int8_folder(tmp_path_factory):
+    return hf.write_lfm2(tmp_path_factory.mktemp("tied8") / "ckpt", INT8_DIMS, seed=3)
+
+
+@pytest.fixture(scope="module")
+def int8_bundles(int8_folder, tmp_path_factory):
+    """int8keepproj three ways: the table read from the head (--int8-tied-table, gated), its own
+    fp16 table (the recipe's default), and its own int8 table holding the head's levels (an
+    `auto`-style per-tensor choice: the same numbers from a second copy)."""
+    import ssmport.exporter.pipeline as pipeline
+    from ssmport.quant import get_recipe
+
+    root = tmp_path_factory.mktemp("tied8-bundles")
+    shared = export(str(int8_folder), str(root / "shared"), quant="int8keepproj", int8_tied_table=True, progress=False)
+    fp16 = export(str(int8_folder), str(root / "fp16"), quant="int8keepproj", gate=False, progress=False)
+    own_int8 = replace(get_recipe("int8keepproj"), per_tensor=((EMBED, "int8"),))
+    keep = pipeline.get_recipe
+    pipeline.get_recipe = lambda name: own_int8
+    try:
+        int8 = export(str(int8_folder), str(root / "int8"), quant="int8keepproj", gate=False, progress=False)
+    finally:
+        pipeline.get_recipe = keep
+    return shared, fp16, int8
+
+
+def test_the_int8_tied_table_is_stored_once(int8_bundles):
+    shared, fp16, int8 = int8_bundles
+    entry = _embedding_entry(shared.manifest.plan["tensors"])
+    assert (entry["bytes"], entry["shares"], entry["dtype"], entry["block"]) == (0, "lm_head.weight", "int8", 32)
+    assert "shares" not in _embedding_entry(fp16.manifest.plan["tensors"])
+    fp16_table, int8_table = 2048 * 64 * 2, 2048 * 64 + 2048 * 2 * 2  # levels + one fp16 scale per 32
+    total = {name: b.manifest.plan["summary"]["total"] for name, b in zip(("shared", "fp16", "int8"), int8_bundles)}
+    assert (total["fp16"] - total["shared"], total["int8"] - total["shared"]) == (fp16_table, int8_table)
+    saved = fp16.manifest.asset.bytes - shared.manifest.asset.bytes
+    assert 0.9 * fp16_table < saved <= fp16_table
+    assert shared.gate_headline.startswith("PASS")
+
+
+def test_the_int8_tied_table_gives_its_own_int8_tables_logits(int8_bundles):
+    """Read from the head or from a table of its own holding the same levels and scales, the rows
+    are the same numbers: prefill (a chunk's ids) and decode, bit for bit."""
+    shared, _, int8 = int8_bundles
+    prompt, tokens = [5, 2047, 1024, 3, 3, 700], [1, 2046, 1023, 64]
+    got = []
+    for result in (shared, int8):
+        with Runner(result.path) as runner:
+            got.append(np.vstack([runner.feed(prompt)[None], runner.step_each(tokens)]))
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+@pytest.mark.parametrize("recipe, int8_tied_table, shared", [
+    ("int4keepproj", None, True),  # the recipe's default
+    ("int4keepproj", False, False),
+    ("int8keepproj", None, False),
+    ("int8", True, True),
+    ("int4", None, False),  # a 4-bit head: a gather cannot read its packed levels
+])  # fmt: skip
+def test_which_recipes_read_the_table_from_the_int8_head(int8_folder, recipe, int8_tied_table, shared):
+    """The stored plan as the export builds it (the build and the sharing step), no conversion."""
+    entry = _embedding_entry(_built(int8_folder, recipe, int8_tied_table).entries)
+    assert (entry.get("shares") == "lm_head.weight") == shared
+
+
+def _built(folder, recipe: str, int8_tied_table: bool | None = None):
+    """The WeightBuilder of `folder` built under `recipe` as convert builds it."""
+    from ssmport.loader.resolve import load_model
+    from ssmport.quant import get_recipe
+    from ssmport.quant.plan import WeightBuilder
+    from ssmport.quant.tied import store_tied_table_once
+
+    model = load_model(str(folder))
+    builder = WeightBuilder.for_architecture(get_recipe(recipe).with_int8_tied_table(int8_tied_table), model.architecture)
+    with torch.no_grad():
+        store_tied_table_once(model.architecture.build_decode(model.config, model.weights, builder, torch.float32), builder)
+    return builder
+
+
+def test_an_untied_int8_head_keeps_its_own_table(tmp_path):
+    folder = hf.write_lfm2(tmp_path / "ckpt", replace(INT8_DIMS, tied=False), seed=3)
+    entry = _embedding_entry(_built(folder, "int4keepproj").entries)
+    assert entry["bytes"] == 2048 * 64 * 2 and "shares" not in entry
+
+
+def test_int8_tied_table_needs_an_int8_head():
+    from ssmport.errors import SsmportError
+    from ssmport.exporter.options import ExportOptions
+
+    for quant in ("fp32", "fp16", "int4"):
+        with pytest.raises(SsmportError, match=f"which --quant {quant} does not store"):
+            ExportOptions(quant=quant, int8_tied_table=True)
+    ExportOptions(quant="int8keepproj", int8_tied_table=True)

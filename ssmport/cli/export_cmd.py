@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import math
 import sys
 
@@ -28,6 +29,10 @@ def add_parser(sub) -> None:
                    "weights, fp32 for synthetic); see `ssmport list --recipes`")  # fmt: skip
     p.add_argument("--size-budget", metavar="SIZE", help="with --quant auto: the most the asset may weigh (e.g. "
                    "3.5MB, 2.2GB; 1 MB = 1024 KB); each matmul's precision is chosen by measured error to fit")
+    p.add_argument("--int8-tied-table", action=argparse.BooleanOptionalAction, default=None,
+                   help="a tied embedding read from the int8 LM head's levels, stored once (default: on for "
+                   "int4keepproj, off for int8keepproj and int8, where it measured a larger share of their "
+                   "error; docs/quantization.md)")  # fmt: skip
     p.add_argument("--state-dtype", choices=["fp32", "fp16"], help="storage dtype of the recurrent "
                    "states (default fp32; the recurrence always computes in fp32)")  # fmt: skip
     p.add_argument("--weights", help="local checkpoint for a preset name (.pth or HF folder) instead of its download")
@@ -101,6 +106,7 @@ def run(args) -> int:
         size_budget=args.size_budget,
         verify=args.verify,
         experts=args.experts,
+        int8_tied_table=args.int8_tied_table,
     )
     result = export(args.model, args.out, options)
     m = result.manifest

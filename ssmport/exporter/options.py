@@ -37,7 +37,9 @@ class ExportOptions:
     function reads its tokens' routed experts (ssmport.models.moe: "gathered", the default, or
     "branched", faster on the Linux runtime, an `if` per expert). `profile_memory`: trace
     the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
-    most bytes under quant "auto" (ssmport.quant.auto). `weights`, `synthetic`, `seed`,
+    most bytes under quant "auto" (ssmport.quant.auto). `int8_tied_table`: whether a tied
+    embedding reads the int8 LM head's levels instead of an fp16 table of its own (None: the
+    recipe's default; ssmport.quant.tied). `weights`, `synthetic`, `seed`,
     `vocab`, `file`:
     how a preset or checkpoint spec is loaded (ssmport.loader.resolve.load_model)."""
 
@@ -61,6 +63,9 @@ class ExportOptions:
     size_budget: int | str | None = None  # bytes, or a size string ("3.5MB"); with quant "auto" only
     verify: int | None = None  # K: add the `verify` function checking K drafts a call (ssmport.verify)
     experts: str = "gathered"  # how decode reads a token's routed experts (ssmport.models.moe.EXPERT_FORMS)
+    # A tied embedding read from the int8 LM head's levels (True) or kept as an fp16 table (False);
+    # None: the recipe's default (`Recipe.int8_tied_table`; ssmport.quant.tied)
+    int8_tied_table: bool | None = None
 
     def __post_init__(self) -> None:
         if self.state_dtype is None:
@@ -68,7 +73,7 @@ class ExportOptions:
         if self.state_dtype not in STATE_DTYPES:
             raise SsmportError(f"unknown --state-dtype {self.state_dtype!r}; choose fp32 or fp16")
         if self.quant is not None:
-            get_recipe(self.quant)
+            get_recipe(self.quant).with_int8_tied_table(self.int8_tied_table)  # before the checkpoint is read
         if (self.quant == "auto") != (self.size_budget is not None):
             raise SsmportError("--quant auto needs --size-budget SIZE (e.g. 3.5MB, 2.2GB)" if self.quant == "auto"
                                else "--size-budget applies to --quant auto only")  # fmt: skip

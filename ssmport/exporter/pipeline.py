@@ -100,6 +100,7 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                 model = with_context(model, o.context)
         _check_tokenizer_files(model)  # before the heavy work, naming the user's file, not the staging copy
         recipe, auto = get_recipe(o.quant or default_quant(model)), None
+        recipe = recipe.with_int8_tied_table(o.int8_tied_table)
         if recipe.name == "auto":
             from ssmport.quant.auto import plan_auto
 

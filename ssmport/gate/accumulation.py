@@ -21,13 +21,19 @@ OPERAND_DTYPE = torch.float16  # the matmul inputs of the 16-bit recipes
 class Fp32Accumulating(nn.Module):
     """x @ W with W the values a 16-bit matmul layer stores, inputs rounded to fp16, sums fp32."""
 
-    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype):
+    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype, layer: nn.Module | None = None):
         super().__init__()
         self.weight = weight_in_out.float()
         self.out_dtype = out_dtype
+        # A tied table reads its rows from the layer's storage (ssmport.quant.tied): no sums, so
+        # from the layer as it is (a bound method: the layer is not a submodule of the twin).
+        self._columns = getattr(layer, "columns", None)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return (x.to(OPERAND_DTYPE).float() @ self.weight).to(self.out_dtype)
+
+    def columns(self, ids: torch.Tensor) -> torch.Tensor:
+        return self._columns(ids)
 
 
 def stored_weight(layer: nn.Module) -> torch.Tensor | None:
@@ -42,9 +48,12 @@ def stored_weight(layer: nn.Module) -> torch.Tensor | None:
 
 def accumulate_in_fp32(module: nn.Module) -> nn.Module:
     """Swap every 16-bit matmul of `module` for its fp32-accumulating twin, in place."""
+    twins: dict[int, Fp32Accumulating] = {}  # a layer read in two places (a tied head) gets one twin
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            w = stored_weight(child)
+            w = twins.get(id(child)) or stored_weight(child)
             if w is not None:
-                setattr(parent, name, Fp32Accumulating(w.detach(), child.out_dtype))
+                twin = w if isinstance(w, Fp32Accumulating) else Fp32Accumulating(w.detach(), child.out_dtype, child)
+                twins[id(child)] = twin
+                setattr(parent, name, twin)
     return module

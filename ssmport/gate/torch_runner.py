@@ -14,6 +14,7 @@ from ssmport.architectures import LoadedModel
 from ssmport.errors import SsmportError
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
+from ssmport.quant.tied import store_tied_table_once
 from ssmport.state import KV, check_room
 
 
@@ -23,6 +24,7 @@ class TorchRunner:
         self.builder = WeightBuilder.for_architecture(get_recipe(recipe), arch)
         with torch.no_grad():
             self.module = arch.build_decode(model.config, model.weights, self.builder, state_dtype).eval()
+            store_tied_table_once(self.module, self.builder)  # as the export stores the recipe's weights
         self.specs = arch.state_specs(model.config, state_dtype)
         self.vocab_size = model.config.vocab_size
         # The positions its kv states hold (None: no kv state, any length), as the Runner's.

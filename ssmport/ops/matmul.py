@@ -139,16 +139,26 @@ class FloatMatmul(nn.Module):
 
     def columns(self, ids: torch.Tensor) -> torch.Tensor:
         """Columns `ids` [T] of W as rows [T, in] fp32, read from this storage: a table tied to
-        this weight (`holds_transpose_of`) needs no copy of its own. One gather of `in` values
-        per id from the flattened weight, whose reshape keeps the one constant (an indexing
-        with a slice between the two index axes made the converter store a second copy)."""
-        n_in, width = self.weight.shape[-2], self.n_out // self.blocks
-        ids = ids.long().view(-1, 1)
-        # id = block * width + column sits at block * in * width + column + i * width
-        flat = ids + torch.arange(n_in).view(1, n_in) * width
-        if self.blocks > 1:
-            flat = flat + torch.div(ids, width, rounding_mode="floor") * ((n_in - 1) * width)
-        return self.weight.reshape(-1)[flat].float()
+        this weight (`holds_transpose_of`) needs no copy of its own."""
+        return gather_columns(self.weight, ids, self.n_out // self.blocks).float()
+
+
+def gather_columns(w: torch.Tensor, ids: torch.Tensor, width: int, rows: torch.Tensor | None = None) -> torch.Tensor:
+    """Columns `ids` [T] of a weight [in, out] stored as it is or as column blocks [blocks, in,
+    width], as rows [T, in] (or, plain [rows, out] only, the column's entries at `rows` [n]: [T, n]):
+    one gather of `in` values per id from the flattened constant,
+    whose reshape keeps the one constant (measured with coreai-torch 0.4.3, fp32 and int8: an
+    indexing with a slice between the two index axes, `w[:, ids]`, made the converter store a
+    second copy of a float weight; `w.t()[ids]` a second copy of an int8 one;
+    benchmarks/tied_int8_forms.py)."""
+    n_in = w.shape[-2]
+    ids = ids.long().view(-1, 1)
+    rows = torch.arange(n_in) if rows is None else rows
+    # id = block * width + column sits at block * in * width + column + i * width
+    flat = ids + rows.view(1, -1) * width
+    if w.dim() == 3 and w.shape[0] > 1:
+        flat = flat + torch.div(ids, width, rounding_mode="floor") * ((n_in - 1) * width)
+    return w.reshape(-1)[flat]
 
 
 # Columns compared at a time when checking a tie: no temporaries of a whole head.
@@ -179,6 +189,28 @@ class BlockwiseMatmul(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         w = self.dequant().to(self.compute_dtype)
         return rows_matmul(x.to(w.dtype), w).to(self.out_dtype)
+
+    @property
+    def symmetric_int8(self) -> bool:
+        """Whether Q holds one signed byte per weight and no zero points: what `columns` reads."""
+        d = self.dequant
+        return d.input_dtype is None and d.quantized_data.dtype == torch.int8 and d.zero_point is None
+
+    def columns(self, ids: torch.Tensor) -> torch.Tensor:
+        """Columns `ids` [T] of the dequantized weight as rows [T, in] fp32, read from this
+        storage (symmetric int8 only): the chosen columns' levels and scales are gathered from
+        the constants the dequantization reads, and only those are dequantized, so a table
+        quantized as this weight needs no copy of its own. (A 4-bit Q cannot be gathered: the
+        converter refuses an index into an si4 constant, coreai-torch 0.4.3.)"""
+        if not self.symmetric_int8:
+            raise ValueError("only a symmetric int8 weight's columns can be read")
+        q, scale = self.dequant.quantized_data, self.dequant.scale
+        n_in, width = q.shape
+        # each level's own scale gathered beside it: no reshapes into blocks (3 kernels fewer a
+        # call than gathering one scale a block, as many as a table of its own costs;
+        # benchmarks/tied_int8_forms.py)
+        block_of = torch.div(torch.arange(n_in), n_in // scale.shape[0], rounding_mode="floor")
+        return gather_columns(q, ids, width).float() * gather_columns(scale, ids, width, block_of).float()
 
 
 class Int8Matmul(BlockwiseMatmul):

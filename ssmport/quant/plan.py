@@ -71,6 +71,9 @@ class WeightBuilder:
         self._entry_of: dict[int, int] = {}  # id of a stored module or Parameter -> its entry's index
         # storage_key -> the one view of it stored (offset, shape, stride, dtype)
         self._stored: dict[int, tuple] = {}
+        # id of a float table -> the tensor it was built from, where the recipe may read a tied
+        # table from an int8 LM head: what that head must have been quantized from (ssmport.quant.tied)
+        self._table_sources: dict[int, torch.Tensor] = {}
 
     @classmethod
     def for_architecture(cls, recipe: Recipe, arch, on_store: Callable[[int], None] | None = None) -> WeightBuilder:
@@ -126,7 +129,10 @@ class WeightBuilder:
         an `auto` plan chose integers, as symmetric blocks of 32 along the width read by row."""
         bits = self.recipe.table_bits(name)
         if bits is FLOAT or value.shape[1] % BLOCK_SIZE:
-            return self._param(name, value.to(self.recipe.float_dtype), role)
+            table = self._param(name, value.to(self.recipe.float_dtype), role)
+            if self.recipe.int8_tied_table:
+                self._table_sources[id(table)] = value
+            return table
         b = _quantize_in_column_chunks(value.t(), bits, False)  # blocks along the width
         q, scale = b.q.t(), b.scale.t()
         self._record(name, role, tuple(q.shape), b.storage_dtype, BLOCK_SIZE, b.nbytes)
@@ -148,10 +154,18 @@ class WeightBuilder:
 
     def share(self, table, storage) -> None:
         """Record that `table` (a stored table) is read from `storage`'s stored tensor: its
-        entry keeps its name, shape and dtype, with no bytes of its own."""
+        entry keeps its name and shape, takes the storage's dtype and block (what its rows are
+        now read as), with no bytes of its own."""
         entry = self.entries[self._entry_of[id(table)]]
         owner = self.entries[self._entry_of[id(storage)]]
-        self.entries[self._entry_of[id(table)]] = dataclasses.replace(entry, bytes=0, shares=owner.name)
+        self.entries[self._entry_of[id(table)]] = dataclasses.replace(entry, dtype=owner.dtype, block=owner.block,
+                                                                      bytes=0, shares=owner.name)  # fmt: skip
+
+    def take_table_sources(self) -> dict[int, torch.Tensor]:
+        """The float tables' source tensors (by id of the stored table), held since `table` and
+        let go now: a source may be a computed temporary the size of the table."""
+        sources, self._table_sources = self._table_sources, {}
+        return sources
 
     def _keep(self, stored):
         if isinstance(stored, nn.Module):

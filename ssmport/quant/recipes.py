@@ -66,6 +66,17 @@ class Recipe:
     # Least integer width of a routed-expert stack (None: as any matmul of its role), unless the
     # architecture measured its experts safe at 4 bits (`Architecture.int4_safe_experts`).
     expert_bits: int | None = None
+    # A tied embedding reads the int8 LM head's levels and scales instead of an fp16 table of its
+    # own (ssmport.quant.tied), unless the export says otherwise (--no-int8-tied-table). On where
+    # trained tied models measured the int8 rows' error small against the recipe's own
+    # (benchmarks/tied_int8_fidelity.py; docs/quantization.md "A tied table read from an int8 head").
+    int8_tied_table: bool = False
+
+    @property
+    def int8_head(self) -> bool:
+        """Whether this recipe stores an LM head (one the architecture does not keep float) as
+        symmetric int8 blocks: what a tied table can be read from."""
+        return not self.per_tensor and not self.zero_point and self.weight_bits(False, "head") == 8
 
     def storage(self, name: str, role: str, keeps_float: bool, int8_safe: bool = False,
                 expert_stack: bool = False, int4_safe_experts: bool = False) -> tuple[int | None, bool]:  # fmt: skip
@@ -102,6 +113,16 @@ class Recipe:
     @property
     def logits_dtype(self) -> torch.dtype:
         return self.float_dtype
+
+    def with_int8_tied_table(self, on: bool | None) -> Recipe:
+        """This recipe with an export's choice of where a tied table is read from (None: its own
+        default); one line where it cannot apply."""
+        if on is None or on == self.int8_tied_table:
+            return self
+        if on and not self.int8_head:
+            raise SsmportError(f"--int8-tied-table reads a tied table from an int8 LM head, which --quant {self.name} "
+                               "does not store (int8keepproj, int4keepproj and int8 do)")  # fmt: skip
+        return dataclasses.replace(self, int8_tied_table=on)
 
 
 # Thresholds, from measurements in docs/parity.md (rwkv7-0.1b and rwkv7-tiny with
@@ -166,7 +187,8 @@ RECIPES: dict[str, Recipe] = {
             "int4 weights (symmetric, one fp16 scale per 32 inputs) on the weight bulk (FFN); "
             "int8 on the LM head and on the output projections into the residual; what feeds the "
             "recurrence and the conv stays 16-bit, or int8 where the architecture measured it safe "
-            "(RWKV-7: r/k/v/o, LoRAs); embeddings fp16, norms and per-channel vectors fp32.",
+            "(RWKV-7: r/k/v/o, LoRAs); embeddings fp16 (a tied one read from the int8 head), norms and "
+            "per-channel vectors fp32.",
             torch.float16,
             "bulk",
             GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),
@@ -176,6 +198,9 @@ RECIPES: dict[str, Recipe] = {
             # routed experts at 4 bits flipped confident top-1s on random fixtures (benchmarks/int4_experts.py);
             # an architecture whose trained experts measured safe at 4 bits opts out (LFM2-MoE: trained_moe.py)
             expert_bits=8,
+            # the int8 rows moved the held-out error of three trained tied models by at most 1.3e-3 of
+            # the logit scale against int4keepproj's own 0.09-0.13 (benchmarks/tied_int8_fidelity.py)
+            int8_tied_table=True,
         ),
         Recipe(
             "int8",

@@ -4,15 +4,21 @@ A model that ties its LM head to its embedding (Qwen3.5 up to 4B, LFM2, Recurren
 holds one [V, C] matrix, but the export form wants two stored layouts: the table's rows for
 the lookup and the head's [C, V] (column blocks) for `x @ W`. Stored both ways the asset
 keeps the matrix twice (a quarter of Qwen3.5-0.8B's fp32 asset). Where the head's stored
-float weight holds exactly the table's values, the embedding instead gathers its row from the
-head's constant, and the converter stores it once (measured: the asset drops by the table's
-bytes). Equality is checked on the stored values, so the graph computes the same numbers
-either way, whatever the checkpoint called the two tensors.
+weight holds exactly the table, the embedding instead gathers its row from the head's
+constant, and the converter stores it once (measured: the asset drops by the table's bytes).
+
+- A float head: its stored values must be the table's, so the graph computes the same
+  numbers either way, whatever the checkpoint called the two tensors.
+- A symmetric int8 head (int8keepproj, int4keepproj, int8): its levels and scales must be
+  the table's source quantized the head's way (compared bit for bit). The embedding then
+  reads the int8 levels times their scales where it read fp16 values: a precision change of
+  the embedding, so only where the recipe says (`Recipe.int8_tied_table`: int4keepproj, whose
+  own error it measured small against; docs/quantization.md, "A tied table read from an int8
+  head") or the export asks (--int8-tied-table).
 
 Not shared (measured with coreai-torch 0.4.3): a 4-bit head, whose packed levels a gather
-cannot read ("index[0]: dtype si4 vs si8"); an int8 head and int8 table would share one
-constant, but only `auto` stores tables as integers, and its budget counts the table's bytes
-(`exporter.pipeline._check_auto_fit`), so `auto` plans are left as they are.
+cannot read ("index[0]: dtype si4 vs si8"); `auto` plans, whose budget counts the table's
+bytes (`exporter.pipeline._check_auto_fit`).
 """
 
 from __future__ import annotations
@@ -21,8 +27,9 @@ import torch
 from torch import nn
 
 from ssmport.graph import Embedding
-from ssmport.ops.matmul import FloatMatmul
-from ssmport.quant.plan import WeightBuilder
+from ssmport.ops.matmul import BlockwiseMatmul, FloatMatmul
+from ssmport.quant.blockwise import quantize_blockwise
+from ssmport.quant.plan import QUANT_CHUNK_COLUMNS, WeightBuilder
 
 
 class HeadColumns(nn.Module):
@@ -37,18 +44,41 @@ class HeadColumns(nn.Module):
 
 
 def store_tied_table_once(lm: nn.Module, builder: WeightBuilder) -> bool:
-    """If `lm`'s embedding table is exactly its LM head's stored weight transposed, make the
-    embedding read the head's storage and record the table as sharing it. Returns whether."""
+    """If `lm`'s embedding table is exactly its LM head's stored weight transposed (a float
+    head), or the head's int8 levels are the table quantized (where the recipe's
+    `int8_tied_table` says), make the embedding read the head's storage and record the table
+    as sharing it. Returns whether."""
+    sources = builder.take_table_sources()
     embed, proj = getattr(lm, "embed", None), getattr(getattr(lm, "head", None), "proj", None)
-    if builder.recipe.per_tensor or not isinstance(embed, Embedding) or not isinstance(proj, FloatMatmul):
+    if builder.recipe.per_tensor or not isinstance(embed, Embedding):
         return False
     table = embed.weight
-    if not proj.holds_transpose_of(table):  # also False for a table that is not a float tensor
+    if isinstance(proj, FloatMatmul):
+        tied = proj.holds_transpose_of(table)  # also False for a table that is not a float tensor
+    elif isinstance(proj, BlockwiseMatmul) and builder.recipe.int8_tied_table:
+        tied = id(table) in sources and quantizes_to(sources[id(table)], proj)
+    else:
+        tied = False
+    if tied:
+        builder.share(table, proj)
+        del embed.weight  # the table's own copy goes
+        embed.weight = HeadColumns(proj)
+    return tied
+
+
+def quantizes_to(table: torch.Tensor, head: BlockwiseMatmul) -> bool:
+    """Whether symmetric int8 `head` holds `table` [V, C] transposed as the builder quantizes a
+    matmul: the same levels and fp16 scales, bit for bit (a chunk of columns at a time, as
+    quant.plan quantizes them, so no temporaries of a whole head)."""
+    q, scale = head.dequant.quantized_data, head.dequant.scale
+    if not head.symmetric_int8 or tuple(table.shape) != (q.shape[1], q.shape[0]):
         return False
-    builder.share(table, proj)
-    del embed.weight  # the table's own copy goes
-    embed.weight = HeadColumns(proj)
+    for start in range(0, q.shape[1], QUANT_CHUNK_COLUMNS):
+        cols = slice(start, start + QUANT_CHUNK_COLUMNS)
+        b = quantize_blockwise(table[cols].t(), bits=8)
+        if not (torch.equal(b.q, q[:, cols]) and torch.equal(b.scale, scale[:, cols])):
+            return False
     return True
 
 
-__all__ = ["HeadColumns", "store_tied_table_once"]
+__all__ = ["HeadColumns", "quantizes_to", "store_tied_table_once"]
