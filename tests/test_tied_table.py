@@ -188,6 +188,26 @@ def test_the_int8_tied_table_gives_its_own_int8_tables_logits(int8_bundles):
     np.testing.assert_array_equal(got[0], got[1])
 
 
+def test_an_overridden_tied_table_is_recorded_and_the_gate_rebuilds_it(int8_folder, int8_bundles):
+    """--int8-tied-table on int8keepproj (not its default) is written to the manifest, and the
+    gate's torch module rebuilt from it (the recipe/runtime split) reads the table from the head."""
+    from ssmport.bundle import Bundle
+    from ssmport.gate.torch_runner import TorchRunner
+    from ssmport.loader.resolve import load_model
+    from ssmport.quant.recipes import INT8_TIED_TABLE, exported_recipe
+    from ssmport.quant.tied import HeadColumns
+
+    shared, fp16, _ = (Bundle.open(b.path).manifest for b in int8_bundles)
+    assert shared.export[INT8_TIED_TABLE] is True and INT8_TIED_TABLE not in fp16.export
+    model = load_model(str(int8_folder))
+    for m, reads_the_head in ((shared, True), (fp16, False)):
+        recipe = exported_recipe(m.recipe.name, m.export)
+        assert recipe.int8_tied_table == reads_the_head
+        runner = TorchRunner(model, recipe)
+        assert isinstance(runner.module.embed.weight, HeadColumns) == reads_the_head
+        runner.close()
+
+
 @pytest.mark.parametrize("recipe, int8_tied_table, shared", [
     ("int4keepproj", None, True),  # the recipe's default
     ("int4keepproj", False, False),

@@ -48,6 +48,7 @@ from ssmport.progress import Stages
 from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.auto import AutoPlan
 from ssmport.quant.plan import WeightBuilder, summarize_plan
+from ssmport.quant.recipes import INT8_TIED_TABLE
 from ssmport.reproducible import content_id
 from ssmport.loader.resolve import load_model, source_paths, with_context
 from ssmport.state import STATE_DTYPES, dtype_name
@@ -116,6 +117,8 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
             bundle = Bundle(tmp, manifest)
             if o.experts != GATHERED:
                 manifest.export["experts"] = o.experts  # every function's expert form (--experts)
+            if recipe.int8_tied_table != get_recipe(recipe.name).int8_tied_table:
+                manifest.export[INT8_TIED_TABLE] = recipe.int8_tied_table  # the gate rebuilds this form
             headline = None
             if o.gate:
                 from ssmport.gate.run import gate_bundle  # imports the runtime only when needed

@@ -26,7 +26,7 @@ from ssmport.architectures import LoadedModel
 from ssmport.architectures.base import Architecture
 from ssmport.loader.checkpoint import TensorSource
 from ssmport.errors import SsmportError
-from ssmport.quant import get_recipe
+from ssmport.quant import Recipe, get_recipe
 from ssmport.ops.matmul import FloatExperts, FloatMatmul
 from ssmport.quant.plan import WeightBuilder
 from ssmport.gate.accumulation import accumulate_in_fp32
@@ -49,7 +49,7 @@ class Form:
     """How a reference computes: its weights stored as `recipe` says, each built module passed
     through `prepare`, run inside `math()`; `bytes_per_weight` is what the streaming budgets count."""
 
-    recipe: str = "fp32"
+    recipe: str | Recipe = "fp32"
     prepare: Callable[[nn.Module], nn.Module] = lambda module: module
     math: Callable[[], AbstractContextManager] = nullcontext
     bytes_per_weight: int = 4
@@ -59,7 +59,7 @@ FP32 = Form()
 FP64 = Form(prepare=to_float64, math=float64_math, bytes_per_weight=8)  # built in fp32, cast up
 
 
-def recipe_with_fp32_sums(recipe: str) -> Form:
+def recipe_with_fp32_sums(recipe: str | Recipe) -> Form:
     """`recipe`'s stored weights, every 16-bit matmul on fp16-rounded inputs summed in fp32 (the
     fp32 twins hold the weights as fp32: 4 bytes each)."""
     return Form(recipe, accumulate_in_fp32)

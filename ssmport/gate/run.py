@@ -13,8 +13,7 @@ from ssmport.manifest import GateSummary
 from ssmport.memory import section
 from ssmport.gate.report import GateReport, default_prompts, run_gate
 from ssmport.progress import Stages
-from ssmport.quant import get_recipe
-from ssmport.quant.recipes import gate_thresholds
+from ssmport.quant.recipes import exported_recipe, gate_thresholds
 from ssmport.runtime import Runner
 from ssmport.runtime.lowering import ensure_lowered
 from ssmport.loader.resolve import rebuild_bundle_source
@@ -59,7 +58,7 @@ def gate_bundle(
     too, computed the same way before the bundle loads (its weights twice the fp32 ones', so
     streamed above half the size), and is judged against it (ssmport.gate.report)."""
     m = bundle.manifest
-    recipe = get_recipe(m.recipe.name)
+    recipe = exported_recipe(m.recipe.name, m.export)
     if model is None:
         model = rebuild_bundle_source(m, weights)
     if token_streams is None:
@@ -81,7 +80,7 @@ def gate_bundle(
         with stages.stage("the recipe in torch (same stored weights, fp32 sums)", total=total):
             start = time.perf_counter()
             recipe_only = reference_logits(model, token_streams, on_token=stages.advance,
-                                           form=recipe_with_fp32_sums(recipe.name))  # fmt: skip
+                                           form=recipe_with_fp32_sums(recipe))  # fmt: skip
             seconds["recipe_fp32_sums_s"] = time.perf_counter() - start
     exact = None
     if thresholds.floor_factor:

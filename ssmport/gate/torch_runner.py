@@ -12,14 +12,14 @@ import torch
 
 from ssmport.architectures import LoadedModel
 from ssmport.errors import SsmportError
-from ssmport.quant import get_recipe
+from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.tied import store_tied_table_once
 from ssmport.state import KV, check_room
 
 
 class TorchRunner:
-    def __init__(self, model: LoadedModel, recipe: str = "fp32", state_dtype: torch.dtype = torch.float32):
+    def __init__(self, model: LoadedModel, recipe: str | Recipe = "fp32", state_dtype: torch.dtype = torch.float32):
         arch = model.architecture
         self.builder = WeightBuilder.for_architecture(get_recipe(recipe), arch)
         with torch.no_grad():

@@ -262,7 +262,20 @@ def gate_thresholds(recipe: Recipe, state_dtype: str, logits_dtype: str = "float
     return gate
 
 
-def get_recipe(name: str) -> Recipe:
+# manifest.export: an export's choice of where a tied table is read from, where it overrode the
+# recipe's default (--int8-tied-table / --no-int8-tied-table)
+INT8_TIED_TABLE = "int8_tied_table"
+
+
+def get_recipe(name: str | Recipe) -> Recipe:
+    if isinstance(name, Recipe):
+        return name
     if name not in RECIPES:
         raise SsmportError(f"unknown --quant {name!r}; choose one of: {', '.join(RECIPES)}")
     return RECIPES[name]
+
+
+def exported_recipe(name: str, export: dict) -> Recipe:
+    """The recipe a bundle was exported with: `name`'s, with the choices its manifest's `export`
+    recorded (so a gate rebuilt from the manifest builds the weights the bundle holds)."""
+    return get_recipe(name).with_int8_tied_table(export.get(INT8_TIED_TABLE))
