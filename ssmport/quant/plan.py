@@ -109,10 +109,14 @@ class WeightBuilder:
         if bits is not FLOAT and n_in % BLOCK_SIZE == 0:
             # symmetric whatever the recipe's zero point: the gathered form dequantizes in plain ops
             bits = 8 if bits == 4 and n_out % 2 else bits  # 4-bit packs column pairs
-            blocks = [_quantize_in_column_chunks(w, bits, False) for w in stack_in_out]
-            q, scale = torch.stack([b.q for b in blocks]), torch.stack([b.scale for b in blocks])
-            self._record(name, role, q.shape, blocks[0].storage_dtype, BLOCK_SIZE,
-                         sum(b.nbytes for b in blocks), rows_read)  # fmt: skip
+            # quantized into one stack an expert at a time (no list of E blocks beside it)
+            q = torch.empty(E, n_in, n_out, dtype=torch.int8)
+            scale = torch.empty(E, n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
+            nbytes = 0
+            for e, w in enumerate(stack_in_out):
+                b = _quantize_in_column_chunks(w, bits, False)
+                q[e], scale[e], nbytes, storage_dtype = b.q, b.scale, nbytes + b.nbytes, b.storage_dtype
+            self._record(name, role, q.shape, storage_dtype, BLOCK_SIZE, nbytes, rows_read)
             if bits == 4:
                 return self._keep(Int4Experts(pack_nibbles(q), scale))
             return self._keep(Int8Experts(q, scale))
