@@ -268,7 +268,7 @@ def _stacked(experts: int, expert_in_out: Callable[[int], torch.Tensor]) -> torc
     """[E, in, out], filled one expert at a time: no list of E tensors beside the stack (a layer's
     experts are GBs at released widths: Qwen3.5-35B-A3B's gate|up, 256 x 2,048 x 1,024 fp32, 2.1 GB)."""
     first = expert_in_out(0)
-    stack = torch.empty((experts, *first.shape), dtype=first.dtype)
+    stack = torch.empty((experts, *first.shape), dtype=first.dtype, device=first.device)  # meta: a shape-only build
     stack[0] = first
     for e in range(1, experts):
         stack[e] = expert_in_out(e)
