@@ -51,9 +51,9 @@ def accumulate_in_fp32(module: nn.Module) -> nn.Module:
     twins: dict[int, Fp32Accumulating] = {}  # a layer read in two places (a tied head) gets one twin
     for parent in list(module.modules()):
         for name, child in list(parent.named_children()):
-            w = twins.get(id(child)) or stored_weight(child)
-            if w is not None:
-                twin = w if isinstance(w, Fp32Accumulating) else Fp32Accumulating(w.detach(), child.out_dtype, child)
-                twins[id(child)] = twin
+            twin = twins.get(id(child))
+            if twin is None and (w := stored_weight(child)) is not None:
+                twin = twins[id(child)] = Fp32Accumulating(w.detach(), child.out_dtype, child)
+            if twin is not None:
                 setattr(parent, name, twin)
     return module

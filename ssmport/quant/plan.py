@@ -112,11 +112,11 @@ class WeightBuilder:
             # quantized into one stack an expert at a time (no list of E blocks beside it)
             q = torch.empty(E, n_in, n_out, dtype=torch.int8)
             scale = torch.empty(E, n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
-            nbytes = 0
             for e, w in enumerate(stack_in_out):
                 b = _quantize_in_column_chunks(w, bits, False)
-                q[e], scale[e], nbytes, storage_dtype = b.q, b.scale, nbytes + b.nbytes, b.storage_dtype
-            self._record(name, role, q.shape, storage_dtype, BLOCK_SIZE, nbytes, rows_read)
+                q[e], scale[e] = b.q, b.scale
+            # every expert's block the same shape, so the same bytes
+            self._record(name, role, q.shape, b.storage_dtype, BLOCK_SIZE, E * b.nbytes, rows_read)
             if bits == 4:
                 return self._keep(Int4Experts(pack_nibbles(q), scale))
             return self._keep(Int8Experts(q, scale))
