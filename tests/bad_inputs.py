@@ -730,6 +730,9 @@ case("size-budget-without-auto", "export", "--size-budget without --quant auto",
 case("int8-tied-table-without-int8-head", "export", "--int8-tied-table with a recipe whose LM head is not int8",
      lambda e: ["export", e.pth, "--quant", "fp16", "--int8-tied-table", *_out(e)],
      "--int8-tied-table reads a tied table from an int8 LM head, which --quant fp16 does not store")  # fmt: skip
+case("int8-tied-table-untied", "export", "--int8-tied-table on a model whose LM head is not tied to its embedding",
+     lambda e: ["export", e.pth, "--quant", "int8keepproj", "--int8-tied-table", *_out(e)],
+     "--int8-tied-table: rwkv7-tiny-fp32's LM head is not its embedding table (an untied head)")  # fmt: skip
 for bid, value, message in (("0", "0", "--size-budget '0' is not a size"), ("negative", "-1MB", "--size-budget '-1MB' is not a size"),
                             ("garbage", "lots", "--size-budget 'lots' is not a size"),
                             ("unit", "3TB", "--size-budget '3TB' is not a size"),

@@ -37,6 +37,32 @@ def test_int4_experts_select_what_the_blocks_represent():
     assert torch.equal(experts.whole(), torch.stack([dequantize_blockwise(b) for b in blocks]).half())
 
 
+@pytest.mark.parametrize("recipe, bits", [("int4", 4), ("int8", 8)])
+def test_a_quantizing_builder_reads_one_expert_at_a_time(recipe, bits):
+    """The builder quantizes each expert as it reads it (never the float stack, GBs a layer at
+    released widths) into the levels and scales each expert quantized alone has."""
+    from ssmport.quant import get_recipe
+    from ssmport.quant.plan import ExpertSlices, WeightBuilder
+
+    g = torch.Generator().manual_seed(1)
+    stack = torch.randn(4, 64, 48, generator=g)
+    reads = []
+
+    class Unstackable(ExpertSlices):
+        def stacked(self, dtype=None):
+            raise AssertionError("the float stack was built")
+
+    def read(e):
+        reads.append(e)
+        return stack[e]
+
+    built = WeightBuilder(get_recipe(recipe), lambda name: False).experts("experts", Unstackable(4, read), "ffn", 2)
+    assert reads == [0, 1, 2, 3]
+    blocks = [quantize_blockwise(w, bits=bits) for w in stack]
+    want = torch.stack([dequantize_blockwise(b) for b in blocks]).half()
+    assert torch.equal(built.whole(), want)
+
+
 @pytest.fixture(scope="module")
 def moe_model(tmp_path_factory):
     dims = mf.Lfm2MoeDims(layer_types=("conv", "conv", "full_attention"))  # two MoE layers: a short export

@@ -100,16 +100,23 @@ def convert(
         # torch.export of a while_loop (ops.scan) goes through dynamo, whose code cache then keeps the
         # traced module (and so every weight) alive after the export is done.
         torch._dynamo.reset()
+        # The programs hold the weights from here on. Converting a program repacks each 4-bit
+        # matmul's int8 levels into a copy of its own (coreai-torch's sub-byte pass), so a module
+        # kept alive here would hold the int8 levels beside both functions' packed ones.
+        for f in functions:
+            f.module = None
 
     with stages.stage("Converting to Core AI"):
         with python_stdout_captured(), deterministic_names():  # the same graph, the same names
             converter = _releasing_converter(builder, model.weights.storage_keys())
             for f, ep in zip(functions, programs):
-                converter = converter.add_exported_program(
-                    ep, input_names=list(f.inputs), output_names=list(f.outputs),
-                    state_names=[s.name for s in (specs if f.states is None else f.states)],
-                    **({} if f.name == "main" else {"entrypoint_name": f.name}),
-                )  # fmt: skip
+                with section(f"add_exported_program {f.name}"):
+                    converter = converter.add_exported_program(
+                        ep, input_names=list(f.inputs), output_names=list(f.outputs),
+                        state_names=[s.name for s in (specs if f.states is None else f.states)],
+                        **({} if f.name == "main" else {"entrypoint_name": f.name}),
+                    )  # fmt: skip
+                    return_freed_memory()  # its sub-byte pass's temporaries (~1 GB at a 248,320-row int4 head)
             with section("TorchConverter.to_coreai"):
                 program = converter.to_coreai()
             name_folded_constants(program)

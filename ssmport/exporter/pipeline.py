@@ -114,6 +114,9 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
         with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(model, recipe, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
                                      o.layout, auto, o.verify, o.experts)  # fmt: skip
+            if o.int8_tied_table and not any(t.get("shares") for t in manifest.plan_tensors):
+                raise SsmportError(f"--int8-tied-table: {model.name}'s LM head is not its embedding table (an untied "
+                                   "head), so there is no table to read from it")  # fmt: skip
             bundle = Bundle(tmp, manifest)
             if o.experts != GATHERED:
                 manifest.export["experts"] = o.experts  # every function's expert form (--experts)

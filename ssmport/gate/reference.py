@@ -280,7 +280,7 @@ class _WindowBuilder(WeightBuilder):
 
     def experts(self, name, stack_in_out, role, rows_read):
         if stack_in_out.is_meta:
-            return FloatExperts(stack_in_out)
+            return FloatExperts(stack_in_out.stacked())
         return super().experts(name, stack_in_out, role, rows_read)
 
 

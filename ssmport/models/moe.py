@@ -26,7 +26,6 @@ experts of one token.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -37,7 +36,7 @@ from ssmport.errors import SsmportError
 from ssmport.loader.checkpoint import TensorSource
 from ssmport.models.layers.mlp import ReluSquaredMLP, SwiGLU
 from ssmport.models.loading import Stored
-from ssmport.quant.plan import WeightBuilder
+from ssmport.quant.plan import ExpertSlices, WeightBuilder
 from ssmport.quant.roles import Role
 
 SOFTMAX, SIGMOID = "softmax", "sigmoid"
@@ -176,13 +175,13 @@ class ExpertMixture(nn.Module):
             self.bias = b.vector(names.bias, src[names.bias], Role.ROUTER)
         # gate | up of every expert as one stack [E, C, 2F] (up alone, [E, C, F], for relu^2), down [E, F, C]
         if spec.gated:
-            gate_up = _stacked(E, lambda e: torch.cat([src[names.expert(e)[0]], src[names.expert(e)[1]]]).t())
+            gate_up = ExpertSlices(E, lambda e: torch.cat([src[names.expert(e)[0]], src[names.expert(e)[1]]]).t())
             self.gate_up = b.experts(f"{{{names.stack(0)},{names.stack(1)}}}", gate_up, Role.FFN, spec.top_k)
         else:
-            gate_up = _stacked(E, lambda e: src[names.expert(e)[1]].t())
+            gate_up = ExpertSlices(E, lambda e: src[names.expert(e)[1]].t())
             self.gate_up = b.experts(names.stack(1), gate_up, Role.FFN, spec.top_k)
         del gate_up
-        down = _stacked(E, lambda e: src[names.expert(e)[2]].t())
+        down = ExpertSlices(E, lambda e: src[names.expert(e)[2]].t())
         self.down = b.experts(names.stack(2), down, Role.FFN, spec.top_k)
         del down
         if spec.shared_width:
@@ -262,17 +261,6 @@ class ExpertMixture(nn.Module):
         a = self._activate((h.to(dt).unsqueeze(0) @ self.gate_up.whole()).float())  # [E, T, F]
         y = (a.to(dt) @ self.down.whole()).float()  # [E, T, C]
         return (y * self._routing(chosen, weights).t().unsqueeze(-1)).sum(0)
-
-
-def _stacked(experts: int, expert_in_out: Callable[[int], torch.Tensor]) -> torch.Tensor:
-    """[E, in, out], filled one expert at a time: no list of E tensors beside the stack (a layer's
-    experts are GBs at released widths: Qwen3.5-35B-A3B's gate|up, 256 x 2,048 x 1,024 fp32, 2.1 GB)."""
-    first = expert_in_out(0)
-    stack = torch.empty((experts, *first.shape), dtype=first.dtype, device=first.device)  # meta: a shape-only build
-    stack[0] = first
-    for e in range(1, experts):
-        stack[e] = expert_in_out(e)
-    return stack
 
 
 def _unchanged(out, x, weight, gate_up, down) -> torch.Tensor:

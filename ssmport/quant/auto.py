@@ -138,7 +138,7 @@ class _ProbeBuilder(WeightBuilder):
         return probe
 
     def experts(self, name, stack_in_out, role, rows_read):
-        probe = _Probe(stack_in_out)
+        probe = _Probe(stack_in_out.stacked())
         E, n_in, n_out = stack_in_out.shape
         if n_in % BLOCK_SIZE:
             self.fixed_bytes += form_bytes("float16", tuple(stack_in_out.shape))

@@ -45,6 +45,38 @@ class PlanEntry:
         return d
 
 
+class ExpertSlices:
+    """A stack [E, in, out] of per-expert weights that a builder reads one expert at a time
+    (`read(e)` -> [in, out]): a quantizing builder stores each expert as it reads it and never
+    holds the float stack, which at released widths is GBs a layer (Qwen3.5-35B-A3B's gate|up,
+    256 x 2,048 x 1,024 fp32: 2.1 GB, beside its 0.27 GB of int4)."""
+
+    def __init__(self, count: int, read: Callable[[int], torch.Tensor]):
+        self.count, self.read = count, read
+        self._first = read(0)  # shape, dtype and device (meta, for a shape-only build)
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return (self.count, *self._first.shape)
+
+    @property
+    def is_meta(self) -> bool:
+        return self._first.is_meta
+
+    def __iter__(self):
+        yield self._first
+        for e in range(1, self.count):
+            yield self.read(e)
+
+    def stacked(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The whole stack [E, in, out] in `dtype` (default: as read), filled an expert at a time."""
+        first = self._first
+        stack = torch.empty(self.shape, dtype=dtype or first.dtype, device=first.device)
+        for e, w in enumerate(self):
+            stack[e] = w
+        return stack
+
+
 class WeightBuilder:
     """Hands an architecture's `build_decode` its weights, stored as the recipe says.
 
@@ -100,7 +132,7 @@ class WeightBuilder:
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size())
         return self._keep(FloatMatmul(w, out_dtype))
 
-    def experts(self, name: str, stack_in_out: torch.Tensor, role: str, rows_read: int) -> nn.Module:
+    def experts(self, name: str, stack_in_out: ExpertSlices, role: str, rows_read: int) -> nn.Module:
         """A stack of per-expert matmul weights [E, in, out] read by expert index (FloatExperts /
         Int8Experts / Int4Experts), stored as `matmul` would store each expert (symmetric blocks); `rows_read`: the experts one
         token reads (top-k), what the roofline counts."""
@@ -109,18 +141,16 @@ class WeightBuilder:
         if bits is not FLOAT and n_in % BLOCK_SIZE == 0:
             # symmetric whatever the recipe's zero point: the gathered form dequantizes in plain ops
             bits = 8 if bits == 4 and n_out % 2 else bits  # 4-bit packs column pairs
-            # quantized into one stack an expert at a time (no list of E blocks beside it)
-            q = torch.empty(E, n_in, n_out, dtype=torch.int8)
+            # each expert quantized (and packed) into the stored stacks as it is read
+            q = torch.empty(E, n_in, n_out // 2 if bits == 4 else n_out, dtype=torch.uint8 if bits == 4 else torch.int8)
             scale = torch.empty(E, n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
             for e, w in enumerate(stack_in_out):
                 b = _quantize_in_column_chunks(w, bits, False)
-                q[e], scale[e] = b.q, b.scale
+                q[e], scale[e] = pack_nibbles(b.q) if bits == 4 else b.q, b.scale
             # every expert's block the same shape, so the same bytes
-            self._record(name, role, q.shape, b.storage_dtype, BLOCK_SIZE, E * b.nbytes, rows_read)
-            if bits == 4:
-                return self._keep(Int4Experts(pack_nibbles(q), scale))
-            return self._keep(Int8Experts(q, scale))
-        w = stack_in_out.to(self.recipe.float_dtype)
+            self._record(name, role, (E, n_in, n_out), b.storage_dtype, BLOCK_SIZE, E * b.nbytes, rows_read)
+            return self._keep(Int4Experts(q, scale) if bits == 4 else Int8Experts(q, scale))
+        w = stack_in_out.stacked(self.recipe.float_dtype)
         self._record(name, role, w.shape, w.dtype, None, w.numel() * w.element_size(), rows_read)
         return self._keep(FloatExperts(w))
 

@@ -69,7 +69,8 @@ def dense_mlp(cfg: Qwen35Config, i: int, src: TensorSource, b: WeightBuilder) ->
 def build(cfg: Qwen35Config, src: TensorSource, b: WeightBuilder, mlp=dense_mlp):
     """`mlp(cfg, i, src, b)`: layer i's MLP (Qwen3.5-MoE: routed experts and a shared expert)."""
     embed = Embedding(b.table(EMBED, src[EMBED], Role.EMBEDDING))
-    blocks = [Qwen35Block(cfg, i, src, b, mlp) for i in range(cfg.num_layers)]
     # A tied model's head is its embedding table (the source maps lm_head.weight to it), stored
-    # a second time as [in, out]: the lookup and the matmul need different layouts.
-    return embed, blocks, norm_head(src, b, HEAD, NORM, cfg.rms_norm_eps, gain=norm_gain(src[NORM], ZERO_CENTRED))
+    # a second time as [in, out]: the lookup and the matmul need different layouts. Built before
+    # the layers: its fp32 read (248,320 rows: 2-2.5 GB) then comes before their weights are held.
+    head = norm_head(src, b, HEAD, NORM, cfg.rms_norm_eps, gain=norm_gain(src[NORM], ZERO_CENTRED))
+    return embed, [Qwen35Block(cfg, i, src, b, mlp) for i in range(cfg.num_layers)], head
