@@ -106,7 +106,7 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
             from ssmport.quant.auto import plan_auto
 
             with stages.stage("Measuring precision sensitivity (auto)"):
-                auto = plan_auto(model, o.size_budget)
+                auto = plan_auto(model, o.size_budget, share_tied_table=o.int8_tied_table is not False)
             recipe = auto.recipe
         chunk = o.prefill_chunk
         o.layout.check_export(model.architecture, chunk)
@@ -117,8 +117,9 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
             bundle = Bundle(tmp, manifest)
             if o.experts != GATHERED:
                 manifest.export["experts"] = o.experts  # every function's expert form (--experts)
-            if recipe.int8_tied_table != get_recipe(recipe.name).int8_tied_table:
-                manifest.export[INT8_TIED_TABLE] = recipe.int8_tied_table  # the gate rebuilds this form
+            # the gate rebuilds this form; an `auto` plan's choice is its plan's (the table's `shares`)
+            if auto is None and recipe.int8_tied_table != get_recipe(recipe.name).int8_tied_table:
+                manifest.export[INT8_TIED_TABLE] = recipe.int8_tied_table
             headline = None
             if o.gate:
                 from ssmport.gate.run import gate_bundle  # imports the runtime only when needed
