@@ -390,6 +390,6 @@ def _choose_with_tied(groups: list[_Group], room: int, pair: tuple[_Group, _Grou
     if pair is None:
         return _choose(groups, room)
     joint = _joint(*pair)
-    choice = _choose([g for g in groups if g not in pair] + [joint], room)
+    choice = _choose([g for g in groups if all(g is not p for p in pair)] + [joint], room)
     choice[pair[0].name], choice[pair[1].name] = choice.pop(joint.name).split("+")
     return choice
