@@ -126,3 +126,25 @@ def test_calibration_runs_on_the_threads_asked_and_restores_the_callers():
         assert seen == [1] and torch.get_num_threads() == 2
     finally:
         torch.set_num_threads(caller)
+
+
+def test_a_tied_head_and_table_are_one_choice_with_the_table_read_from_the_int8_head():
+    """The head [C, V] and table [V, C] of n values: the shared form costs the int8 head alone
+    (n + n/16 bytes, one fp16 scale per 32) against n + n/8 for both at int4, with the error of
+    both at int8; `_choose` takes it where it fits, and leaves both 16-bit where there is room."""
+    from ssmport.quant.auto import SHARED, _choose_with_tied
+
+    n = 4096
+    head = _group("head", {"float16": 0.0, "int8": 1e-5, "uint4": 1e-2, "int4": 2e-2}, n)
+    table = _Group("table", "embedding", [], TABLE_FORMS)
+    table.bytes = {"float16": 2 * n, "int8": n + n // 16, "int4": n // 2 + n // 16}
+    table.mse = {"float16": 0.0, "int8": 1e-3, "int4": 1e-1}
+    table.max_rel = {"float16": 0.0, "int8": 0.01, "int4": 0.1}
+    other = _group("ffn", {"float16": 0.0, "int8": 1e-4, "uint4": 1e-2, "int4": 2e-2})
+    groups = [head, other, table]
+    room = n + n // 16 + other.bytes["int4"]  # below the head and table both at int4 (n + n / 8)
+    choice = _choose_with_tied(groups, room, (head, table))
+    assert choice == {"head": "int8", "table": SHARED, "ffn": "int4"}
+    assert (table.bytes[SHARED], table.mse[SHARED]) == (0, table.mse["int8"])  # its row: no bytes, int8's error
+    assert _choose_with_tied(groups, sum(g.bytes["float16"] for g in groups), (head, table)) == {
+        "head": "float16", "table": "float16", "ffn": "float16"}  # fmt: skip

@@ -249,3 +249,98 @@ def test_int8_tied_table_needs_an_int8_head():
         with pytest.raises(SsmportError, match=f"which --quant {quant} does not store"):
             ExportOptions(quant=quant, int8_tied_table=True)
     ExportOptions(quant="int8keepproj", int8_tied_table=True)
+
+
+# --- an `auto` plan (ssmport.quant.auto: the table read from the int8 head is one of its choices) ----
+
+AUTO_DIMS = replace(INT8_DIMS, vocab=32768)  # a table large against the rest, as in a released model
+# The smallest bundles of AUTO_DIMS (every matmul int4, 512 KB reserved): with the int8 head holding the
+# table, and with the head and a table of its own both int4, V x C / 16 bytes more (one copy's scales).
+AUTO_SMALLEST, AUTO_UNSHARED = 2_851_200, 2_982_272
+AUTO_BUDGET = AUTO_UNSHARED - 1  # only the shared form fits; it leaves 128 KB to raise other matmuls
+
+
+@pytest.fixture(scope="module")
+def auto_folder(tmp_path_factory):
+    return hf.write_lfm2(tmp_path_factory.mktemp("tied-auto") / "ckpt", AUTO_DIMS, seed=3)
+
+
+@pytest.fixture(scope="module")
+def auto_bundles(auto_folder, tmp_path_factory):
+    """`--quant auto` at a budget only the shared table meets (gated), and the same plan with an
+    int8 table of its own (the levels and scales the head holds, stored a second time; not gated)."""
+    import ssmport.exporter.pipeline as pipeline
+    from ssmport.quant import get_recipe
+    from ssmport.quant.auto import SHARED
+
+    root = tmp_path_factory.mktemp("tied-auto-bundles")
+    shared = export(str(auto_folder), str(root / "shared"), quant="auto", size_budget=str(AUTO_BUDGET),
+                    prefill_chunk=None, progress=False)  # fmt: skip
+    chosen = ((g["group"], "int8" if g["chosen"] == SHARED else g["chosen"])
+              for g in shared.manifest.plan["auto"]["sensitivity"])  # tensor granularity: a group is a tensor
+    own = replace(get_recipe("auto"), name="int4", per_tensor=tuple(sorted(chosen)))  # no `auto` measuring again
+    keep = pipeline.get_recipe
+    pipeline.get_recipe = lambda name: own
+    try:
+        int8 = export(str(auto_folder), str(root / "int8"), quant="int4", gate=False, prefill_chunk=None,
+                      progress=False)  # fmt: skip
+    finally:
+        pipeline.get_recipe = keep
+    return shared, int8
+
+
+def test_auto_under_a_budget_only_sharing_meets_reads_the_table_from_the_int8_head(auto_bundles):
+    shared, int8 = auto_bundles
+    m = shared.manifest
+    auto = m.plan["auto"]
+    assert AUTO_UNSHARED - AUTO_SMALLEST == 32768 * 64 // 16
+    assert m.asset.bytes <= AUTO_BUDGET
+    assert m.plan["summary"]["total"] == auto["plan_bytes"] <= AUTO_BUDGET - auto["reserved_for_graph_bytes"]
+    int8_head = 32768 * 64 + 32768 * 2 * 2  # levels + one fp16 scale per 32
+    head = next(e for e in m.plan["tensors"] if e["name"] == "lm_head.weight")
+    assert (head["dtype"], head["bytes"]) == ("int8", int8_head)
+    entry = _embedding_entry(m.plan["tensors"])
+    assert (entry["bytes"], entry["shares"], entry["dtype"], entry["block"]) == (0, "lm_head.weight", "int8", 32)
+    rows = {g["group"]: g for g in auto["sensitivity"]}
+    assert auto["tied"] == {"head": "lm_head.weight", "table": EMBED}
+    assert (rows["lm_head.weight"]["chosen"], rows[EMBED]["chosen"], rows[EMBED]["bytes"]["shared"]) == ("int8", "shared", 0)
+    # the table held once: the same plan with an int8 table of its own stores it again, in the asset too
+    assert int8.manifest.plan["summary"]["total"] - m.plan["summary"]["total"] == int8_head
+    assert 0.9 * int8_head < int8.manifest.asset.bytes - m.asset.bytes <= int8_head
+    assert m.gate.passed, shared.gate_headline
+
+
+def test_the_auto_shared_table_gives_its_own_int8_tables_logits(auto_bundles):
+    """Read from the head or from an int8 table of its own (ops.matmul.QuantizedTable, another
+    path to the same levels and scales), the Core AI runtime gives the same logits, bit for bit."""
+    prompt, tokens = [5, 32767, 1024, 3], [1, 32766, 16383, 64]
+    got = []
+    for result in auto_bundles:
+        with Runner(result.path) as runner:
+            got.append(np.vstack([runner.feed(prompt)[None], runner.step_each(tokens)]))
+    np.testing.assert_array_equal(got[0], got[1])
+
+
+def test_inspect_shows_the_auto_table_read_from_the_head(auto_bundles, capsys):
+    from ssmport.cli.main import main
+
+    assert main(["inspect", str(auto_bundles[0].path)]) == 0
+    out = capsys.readouterr().out
+    assert "(read from lm_head.weight)" in out
+    row = next(line for line in out.splitlines() if line.strip().startswith(EMBED))
+    assert row.split()[1:3] == ["shared", "0"]
+
+
+@pytest.mark.parametrize("flags, smallest", [
+    ((), f"{AUTO_SMALLEST:,} bytes (2.72 MB: every matmul int4 but the tied LM head int8, the table read from it"),
+    (("--no-int8-tied-table",), f"{AUTO_UNSHARED:,} bytes (2.84 MB: every matmul and table int4"),
+])  # fmt: skip
+def test_a_budget_below_the_smallest_names_it(auto_folder, tmp_path, capsys, flags, smallest):
+    from ssmport.cli.main import main
+
+    argv = ["export", str(auto_folder), "-o", str(tmp_path), "-q", "--quant", "auto",
+            "--size-budget", str(AUTO_SMALLEST - 1), *flags]  # fmt: skip
+    assert main(argv) != 0
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"bundle auto can make: {smallest}" in err, err
+    assert not any(tmp_path.iterdir())

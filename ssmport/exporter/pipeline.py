@@ -106,7 +106,7 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
             from ssmport.quant.auto import plan_auto
 
             with stages.stage("Measuring precision sensitivity (auto)"):
-                auto = plan_auto(model, o.size_budget)
+                auto = plan_auto(model, o.size_budget, share_tied_table=o.int8_tied_table is not False)
             recipe = auto.recipe
         chunk = o.prefill_chunk
         o.layout.check_export(model.architecture, chunk)
@@ -114,14 +114,15 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
         with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(model, recipe, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
                                      o.layout, auto, o.verify, o.experts)  # fmt: skip
-            if o.int8_tied_table and not any(t.get("shares") for t in manifest.plan_tensors):
+            if o.int8_tied_table and auto is None and not any(t.get("shares") for t in manifest.plan_tensors):
                 raise SsmportError(f"--int8-tied-table: {model.name}'s LM head is not its embedding table (an untied "
                                    "head), so there is no table to read from it")  # fmt: skip
             bundle = Bundle(tmp, manifest)
             if o.experts != GATHERED:
                 manifest.export["experts"] = o.experts  # every function's expert form (--experts)
-            if recipe.int8_tied_table != get_recipe(recipe.name).int8_tied_table:
-                manifest.export[INT8_TIED_TABLE] = recipe.int8_tied_table  # the gate rebuilds this form
+            # the gate rebuilds this form; an `auto` plan's choice is its plan's (the table's `shares`)
+            if auto is None and recipe.int8_tied_table != get_recipe(recipe.name).int8_tied_table:
+                manifest.export[INT8_TIED_TABLE] = recipe.int8_tied_table
             headline = None
             if o.gate:
                 from ssmport.gate.run import gate_bundle  # imports the runtime only when needed

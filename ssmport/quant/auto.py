@@ -14,6 +14,9 @@
    the same model and budget give the same plan.
 3. Bytes are exact: each form's bytes are what the plan records for it (4-bit two to a byte,
    scales, zero points), tables fp16 and per-channel vectors fp32 as in every 16-bit recipe.
+   A tied model's LM head and table (the head's weight exactly the table transposed) are one
+   choice: every pair of their own forms, and the table read from the int8 head (`SHARED`:
+   the int8 head's bytes alone, the error of both at int8, which are the same values).
    The asset adds its graph and container; the plan reserves `reserve` bytes for them and the
    exporter checks the asset it wrote against the budget.
 
@@ -32,6 +35,7 @@ import torch
 from torch import nn
 
 from ssmport.errors import SsmportError
+from ssmport.graph import Embedding
 from ssmport.ops.matmul import ExpertStack
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.quant.plan import WeightBuilder
@@ -44,6 +48,10 @@ FORMS = ("float16", "int8", "uint4", "int4")  # most bytes first
 CHOOSE_ZERO_POINTS = False
 EXPERT_FORMS = ("float16", "int8", "int4")  # expert stacks are symmetric (ops.matmul.Int4Experts)
 TABLE_FORMS = EXPERT_FORMS  # so are lookup tables, read by row (ops.matmul.QuantizedTable)
+# A tied table's form where it is read from the int8 LM head's levels and scales (quant.tied):
+# no bytes of its own, its rows the values an int8 table of its own holds. Not at 4 bits: a
+# gather cannot read the converter's packed int4 constant.
+SHARED = "shared"
 CALIBRATION_STREAMS = 1
 CALIBRATION_STEPS = 16
 MAX_TENSOR_GROUPS = 96
@@ -171,6 +179,21 @@ class _ProbeBuilder(WeightBuilder):
         return nn.Parameter(value.float().contiguous(), requires_grad=False)
 
 
+def _tied_candidates(module: nn.Module, candidates: list[_Candidate]) -> tuple[_Candidate, _Candidate] | None:
+    """The LM head and embedding candidates of a tied model, else None: where the build looks
+    (quant.tied.store_tied_table_once: `embed`, `head.proj`), the head's weight exactly the
+    table transposed, so the int8 head's levels are the table's quantized (compared once here,
+    before any measuring; the build checks them bit for bit again)."""
+    embed, proj = getattr(module, "embed", None), getattr(getattr(module, "head", None), "proj", None)
+    if not isinstance(embed, Embedding) or not isinstance(embed.weight, _TableProbe):
+        return None
+    by_probe = {id(c.probe): c for c in candidates}
+    head, table = by_probe.get(id(proj)), by_probe.get(id(embed.weight))
+    if head is None or table is None or "int8" not in head.forms or head.shape != table.shape[::-1]:
+        return None
+    return (head, table) if torch.equal(head.probe.weight.t(), table.probe.weight) else None
+
+
 @dataclass
 class _Group:
     """Tensors that get one stored form together (one tensor, or one role)."""
@@ -193,22 +216,30 @@ class AutoPlan:
     record: dict  # what the manifest's plan["auto"] holds
 
 
-def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None, threads: int = 1) -> AutoPlan:
+def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None, threads: int = 1,
+              share_tied_table: bool = True) -> AutoPlan:
     """Measure every candidate's sensitivity on `model` and choose the stored forms that fit
     `budget` bytes (of which `reserve` is the asset's graph and container) with the least
     estimated error. A budget below the smallest possible bundle is refused in one line.
-    `threads`: torch threads for the calibration steps (one suits small models on a busy machine)."""
+    `threads`: torch threads for the calibration steps (one suits small models on a busy machine).
+    `share_tied_table`: whether a tied table may be read from an int8 head (--no-int8-tied-table: not)."""
     arch = model.architecture
     builder = _ProbeBuilder(arch)
     with torch.no_grad():
         module = arch.build_decode(model.config, model.weights, builder, torch.float32).eval()
     specs = arch.state_specs(model.config, torch.float32)
+    tied = _tied_candidates(module, builder.candidates) if share_tied_table else None
     smallest = builder.fixed_bytes + sum(form_bytes(c.forms[-1], c.shape) for c in builder.candidates) + reserve
-    builder.keep_tables_if_room(budget - smallest)
+    builder.keep_tables_if_room(budget - smallest)  # room for 16-bit tables beside every matmul at int4
     groups = _groups(builder.candidates)
+    pair, how = _tied_groups(groups, tied), "every matmul and table int4"
+    if pair is not None:  # the table read from the int8 head: fewer bytes than both at int4 (n + n/16 vs n + n/8)
+        head, table = pair
+        smallest += head.bytes["int8"] - head.bytes[head.forms[-1]] - table.bytes[table.forms[-1]]
+        how = "every matmul int4 but the tied LM head int8, the table read from it"
     if budget < smallest:
         raise SsmportError(f"--size-budget {budget:,} bytes is below the smallest {model.name} bundle auto can make: "
-                           f"{smallest:,} bytes ({smallest / (1 << 20):.2f} MB: every matmul and table int4, the rest 16-bit)")  # fmt: skip
+                           f"{smallest:,} bytes ({smallest / (1 << 20):.2f} MB: {how}, the rest 16-bit)")  # fmt: skip
     streams = calibration_streams(model)
     run = _Runner(module, specs, streams)
     caller_threads = torch.get_num_threads()
@@ -229,8 +260,10 @@ def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None, 
                 c.probe.lower(None)
     finally:
         torch.set_num_threads(caller_threads)
-    choice = _choose(groups, budget - reserve - builder.fixed_bytes)
-    per_tensor = tuple(sorted((c.name, choice[g.name]) for g in groups for c in g.members))
+    choice = _choose_with_tied(groups, budget - reserve - builder.fixed_bytes, pair)
+    shared = pair is not None and choice[pair[1].name] == SHARED
+    # a shared table is built float and then read from the head (quant.tied), so it has no form here
+    per_tensor = tuple(sorted((c.name, choice[g.name]) for g in groups for c in g.members if choice[g.name] != SHARED))
     plan_bytes = builder.fixed_bytes + sum(g.bytes[choice[g.name]] for g in groups)
     record = {
         "budget_bytes": budget,
@@ -240,11 +273,13 @@ def plan_auto(model, budget: int, reserve: int = DEFAULT_RESERVE, on_pass=None, 
         "calibration": {"streams": len(streams), "steps": sum(map(len, streams)), "logit_scale": scale,
                         "measure": "mean squared Δlogits vs fp32, that group alone lowered (torch, fp32 sums)"},
         "granularity": "tensor" if len(groups) == len(builder.candidates) else "role",
+        **({"tied": {"head": pair[0].name, "table": pair[1].name}} if pair else {}),
         "sensitivity": [{"group": g.name, "role": g.role, "tensors": len(g.members), "chosen": choice[g.name],
                          "bytes": g.bytes, "mse": g.mse, "max_rel_delta": g.max_rel} for g in groups],
     }  # fmt: skip
     del module, run
-    return AutoPlan(replace(RECIPES["auto"], per_tensor=per_tensor), budget, reserve, plan_bytes, record)
+    recipe = replace(RECIPES["auto"], per_tensor=per_tensor, int8_tied_table=shared)
+    return AutoPlan(recipe, budget, reserve, plan_bytes, record)
 
 
 def calibration_streams(model) -> list[list[int]]:
@@ -303,7 +338,7 @@ def _choose(groups: list[_Group], room: int) -> dict[str, str]:
     """Greedy by error per byte: lower until the groups fit `room`, then raise while they still fit."""
     choice = {g.name: g.forms[0] for g in groups}
     used = sum(g.bytes[g.forms[0]] for g in groups)
-    forms = {g.name: [f for f in g.forms if CHOOSE_ZERO_POINTS or f != "uint4"] for g in groups}
+    forms = {g.name: [f for f in g.forms if CHOOSE_ZERO_POINTS or "uint4" not in f.split("+")] for g in groups}
 
     def best(moves):
         return min(moves, default=None, key=lambda m: (m[0], m[1].name, m[2]))
@@ -325,3 +360,36 @@ def _choose(groups: list[_Group], room: int) -> dict[str, str]:
         _, g, f = move
         used += g.bytes[f] - g.bytes[choice[g.name]]
         choice[g.name] = f
+
+
+def _tied_groups(groups: list[_Group], tied: tuple[_Candidate, _Candidate] | None) -> tuple[_Group, _Group] | None:
+    """The groups of a tied head and table, where each is a group of its own (a role group of
+    one tensor at role granularity) and the table is still a candidate (not kept 16-bit)."""
+    if tied is None:
+        return None
+    head, table = (next((g for g in groups if len(g.members) == 1 and g.members[0] is c), None) for c in tied)
+    return None if head is None or table is None else (head, table)
+
+
+def _joint(head: _Group, table: _Group) -> _Group:
+    """The tied head and table as one choice: every pair of their own forms ("h+t"), and the
+    table read from the int8 head ("int8+shared"): the int8 head's bytes, the error of both at
+    int8 (the same levels and scales as an int8 table of its own). The table's row records
+    `SHARED` with no bytes and its int8 measurement."""
+    table.bytes[SHARED], table.mse[SHARED], table.max_rel[SHARED] = 0, table.mse["int8"], table.max_rel["int8"]
+    pairs = [(h, t) for h in head.forms for t in table.forms] + [("int8", SHARED)]
+    g = _Group(f"{head.name} + {table.name}", head.role, head.members + table.members,
+               tuple(f"{h}+{t}" for h, t in pairs))  # fmt: skip
+    for (h, t), form in zip(pairs, g.forms):
+        g.bytes[form], g.mse[form] = head.bytes[h] + table.bytes[t], head.mse[h] + table.mse[t]
+    return g
+
+
+def _choose_with_tied(groups: list[_Group], room: int, pair: tuple[_Group, _Group] | None) -> dict[str, str]:
+    """`_choose`, the tied head and table (if any) chosen together as `_joint`, then split back."""
+    if pair is None:
+        return _choose(groups, room)
+    joint = _joint(*pair)
+    choice = _choose([g for g in groups if all(g is not p for p in pair)] + [joint], room)
+    choice[pair[0].name], choice[pair[1].name] = choice.pop(joint.name).split("+")
+    return choice

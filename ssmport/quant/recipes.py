@@ -214,7 +214,8 @@ RECIPES: dict[str, Recipe] = {
             "auto",
             "Chosen by measurement under --size-budget: each matmul (and expert stack) fp16, int8 "
             "or int4, the least measured error that fits (int4 with zero points is measured and "
-            "shown, not chosen); embeddings fp16, norms and per-channel vectors fp32.",
+            "shown, not chosen); embeddings fp16, or int8 / int4 rows where the budget needs them (a "
+            "tied one read from the int8 head), norms and per-channel vectors fp32.",
             torch.float16,
             "all",  # every matmul may be lowered; Recipe.per_tensor says how far (ssmport.quant.auto)
             GateThresholds(max_rel_logit_delta=0.3, tie_rel_margin=0.05, min_top1=0.97),

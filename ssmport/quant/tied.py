@@ -16,9 +16,12 @@ constant, and the converter stores it once (measured: the asset drops by the tab
   own error it measured small against; docs/quantization.md, "A tied table read from an int8
   head") or the export asks (--int8-tied-table).
 
+- An `auto` plan shares only where it chose to (`quant.auto.SHARED`: its budget counted the
+  table as read from the int8 head, `Recipe.int8_tied_table` then set); its other tables are
+  stored as counted (`exporter.pipeline._check_auto_fit`), a float head's too.
+
 Not shared (measured with coreai-torch 0.4.3): a 4-bit head, whose packed levels a gather
-cannot read ("index[0]: dtype si4 vs si8"); `auto` plans, whose budget counts the table's
-bytes (`exporter.pipeline._check_auto_fit`).
+cannot read ("index[0]: dtype si4 vs si8").
 """
 
 from __future__ import annotations
@@ -45,15 +48,15 @@ class HeadColumns(nn.Module):
 
 def store_tied_table_once(lm: nn.Module, builder: WeightBuilder) -> bool:
     """If `lm`'s embedding table is exactly its LM head's stored weight transposed (a float
-    head), or the head's int8 levels are the table quantized (where the recipe's
-    `int8_tied_table` says), make the embedding read the head's storage and record the table
-    as sharing it. Returns whether."""
+    head, not under an `auto` plan), or the head's int8 levels are the table quantized (where
+    the recipe's `int8_tied_table` says, an `auto` plan's included), make the embedding read the
+    head's storage and record the table as sharing it. Returns whether."""
     sources = builder.take_table_sources()
     embed, proj = getattr(lm, "embed", None), getattr(getattr(lm, "head", None), "proj", None)
-    if builder.recipe.per_tensor or not isinstance(embed, Embedding):
+    if not isinstance(embed, Embedding):
         return False
     table = embed.weight
-    if isinstance(proj, FloatMatmul):
+    if isinstance(proj, FloatMatmul) and not builder.recipe.per_tensor:  # auto counted a float head's table
         tied = proj.holds_transpose_of(table)  # also False for a table that is not a float tensor
     elif isinstance(proj, BlockwiseMatmul) and builder.recipe.int8_tied_table:
         tied = id(table) in sources and quantizes_to(sources[id(table)], proj)
