@@ -285,11 +285,12 @@ def open_peer(model: LoadedModel) -> TransformersHybridPeer:
 def export_bundle(spec: str, out: Path, chunk: int, quant: str = "fp32", gate_steps: int = 8,
                   experts: str = "gathered") -> Path:  # fmt: skip
     """Export in this process: synthetic weights (fp32 unless `quant` says) with prefill; a MoE
-    model's decode reading its experts in the `experts` form (export --experts)."""
+    model's decode reading its experts in the `experts` form (export --experts); no gate where
+    `gate_steps` is 0 (a model whose fp32 reference does not fit beside the export)."""
     from ssmport.exporter.pipeline import export
 
-    return export(synthetic_model(spec), out, quant=quant, gate_steps=gate_steps, prefill_chunk=chunk, progress=False,
-                  overwrite=True, experts=experts).path  # fmt: skip
+    return export(synthetic_model(spec), out, quant=quant, gate=gate_steps > 0, gate_steps=gate_steps,
+                  prefill_chunk=chunk, progress=False, overwrite=True, experts=experts).path  # fmt: skip
 
 
 def torch_eager_lines(model: LoadedModel, tokens: list[int], warmup: int) -> tuple[dict, np.ndarray]:
@@ -403,7 +404,7 @@ def main() -> None:
     p.add_argument("--chunk", type=int, default=DEFAULT_CHUNK, help=f"prefill chunk (default {DEFAULT_CHUNK})")
     p.add_argument("--prompts", nargs="*", type=int, default=[64, 512], help="prefill prompt lengths (none: no prefill line)")
     p.add_argument("--quant", default="fp32", help="the bundle's recipe (default fp32)")
-    p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export's gate (default 8)")
+    p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export's gate (default 8; 0: no gate)")
     p.add_argument("--experts", choices=["gathered", "branched"], default="gathered",
                    help="MoE models: the decode graph's expert form (export --experts; default gathered)")
     p.add_argument("--one-thread", action="store_true", help="time torch and the peer at 1 thread only (no default-threads line)")

@@ -32,7 +32,7 @@ def save_asset(converted: Converted, path: Path) -> None:
         with section("save_asset"):
             program.save_asset(path)
         converted.program = program = None
-        return_freed_memory()
+        return_freed_memory(converted.parameters)
         _settle_metadata(path)
         return
 
@@ -46,7 +46,7 @@ def save_asset(converted: Converted, path: Path) -> None:
         program._save_bytecode(asset._program_bytecode_path, minimum_os=OSVersion.v27)
     with section("release program"):
         converted.program = program = None
-        return_freed_memory()
+        return_freed_memory(converted.parameters)
     asset.update_metadata(updates=stamp)
     with section("hash bytecode"), open(asset._program_bytecode_path, "rb") as f:
         asset._program_hash_path.write_bytes(hashlib.file_digest(f, "sha256").digest())

@@ -49,6 +49,7 @@ class Converted:
     verify_rows: int | None = None
     draft: GraphSignature | None = None  # the checkpoint's draft head (Qwen3.5's MTP), with its own states
     draft_specs: list | None = None
+    parameters: int = 0  # the checkpoint's weights, counted: how much freeing memory is worth
 
 
 def convert(
@@ -93,7 +94,7 @@ def convert(
     if draft is not None:
         _add_draft(functions, draft, model)
     del module, prefill, draft
-    return_freed_memory()  # the fp32 temporaries of building; keeps the conversion peak low
+    return_freed_memory(total)  # the fp32 temporaries of building; keeps the conversion peak low
 
     with stages.stage("torch.export"):
         programs = [_export_program(f.module, f.example, f.name, f.dynamic_shapes) for f in functions]
@@ -116,7 +117,7 @@ def convert(
                         state_names=[s.name for s in (specs if f.states is None else f.states)],
                         **({} if f.name == "main" else {"entrypoint_name": f.name}),
                     )  # fmt: skip
-                    return_freed_memory()  # its sub-byte pass's temporaries (~1 GB at a 248,320-row int4 head)
+                    return_freed_memory(total)  # its sub-byte pass's temporaries (~1 GB at a 248,320-row int4 head)
             with section("TorchConverter.to_coreai"):
                 program = converter.to_coreai()
             name_folded_constants(program)
@@ -124,7 +125,7 @@ def convert(
         draft_specs = next((f.states for f in functions if f.name == DRAFT_FUNCTION), None)
         with section("release torch module"):
             del functions, programs, converter
-            return_freed_memory()
+            return_freed_memory(total)
             model.weights.release_pages()  # a checkpoint's fp32 tensors are stored as they are: re-read here
         signatures = {}
         with section("read IR signature"):
@@ -135,7 +136,7 @@ def convert(
     chunk = None if prefill_sig is None else layout.prefill_rows(arch, specs, prefill_chunk)
     verify_sig = signatures.get(VERIFY_FUNCTION)
     return Converted(program, signatures["main"], prefill_sig, chunk, specs, layout, verify_sig,
-                     verify if verify_sig is not None else None, signatures.get(DRAFT_FUNCTION), draft_specs)  # fmt: skip
+                     verify if verify_sig is not None else None, signatures.get(DRAFT_FUNCTION), draft_specs, total)  # fmt: skip
 
 
 def _add_draft(functions: list[Function], draft: torch.nn.Module, model: LoadedModel) -> None:
