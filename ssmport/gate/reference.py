@@ -309,3 +309,9 @@ class _MetaWindow(TensorSource):
 
     def dtype(self, name: str) -> torch.dtype:
         return self._source.dtype(name)
+
+
+def shape_only(source: TensorSource) -> TensorSource:
+    """`source`'s names and shapes, every tensor a meta tensor: a build from it records the plan
+    of the real build without reading a weight (benchmarks/plan_sizes.py)."""
+    return _MetaWindow(source, frozenset(), None, None)

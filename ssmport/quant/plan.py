@@ -63,6 +63,10 @@ class ExpertSlices:
     def is_meta(self) -> bool:
         return self._first.is_meta
 
+    @property
+    def device(self) -> torch.device:
+        return self._first.device
+
     def __iter__(self):
         yield self._first
         for e in range(1, self.count):
@@ -142,8 +146,9 @@ class WeightBuilder:
             # symmetric whatever the recipe's zero point: the gathered form dequantizes in plain ops
             bits = 8 if bits == 4 and n_out % 2 else bits  # 4-bit packs column pairs
             # each expert quantized (and packed) into the stored stacks as it is read
-            q = torch.empty(E, n_in, n_out // 2 if bits == 4 else n_out, dtype=torch.uint8 if bits == 4 else torch.int8)
-            scale = torch.empty(E, n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
+            q = torch.empty(E, n_in, n_out // 2 if bits == 4 else n_out, dtype=torch.uint8 if bits == 4 else torch.int8,
+                            device=stack_in_out.device)  # fmt: skip
+            scale = torch.empty(E, n_in // BLOCK_SIZE, n_out, dtype=torch.float16, device=stack_in_out.device)
             for e, w in enumerate(stack_in_out):
                 b = _quantize_in_column_chunks(w, bits, False)
                 q[e], scale[e] = pack_nibbles(b.q) if bits == 4 else b.q, b.scale
@@ -256,9 +261,10 @@ def _quantize_in_column_chunks(weight_in_out: torch.Tensor, bits: int, affine: b
     n_in, n_out = weight_in_out.shape
     if n_out <= QUANT_CHUNK_COLUMNS:
         return quantize_blockwise(weight_in_out, bits, affine)
-    q = torch.empty(n_in, n_out, dtype=torch.uint8 if affine else torch.int8)
-    scale = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.float16)
-    zero = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.uint8) if affine else None
+    device = weight_in_out.device  # meta in a shape-only build (benchmarks/plan_sizes.py)
+    q = torch.empty(n_in, n_out, dtype=torch.uint8 if affine else torch.int8, device=device)
+    scale = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.float16, device=device)
+    zero = torch.empty(n_in // BLOCK_SIZE, n_out, dtype=torch.uint8, device=device) if affine else None
     for start in range(0, n_out, QUANT_CHUNK_COLUMNS):
         cols = slice(start, start + QUANT_CHUNK_COLUMNS)
         chunk = quantize_blockwise(weight_in_out[:, cols], bits, affine)
