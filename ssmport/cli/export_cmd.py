@@ -32,7 +32,8 @@ def add_parser(sub) -> None:
     p.add_argument("--int8-tied-table", action=argparse.BooleanOptionalAction, default=None,
                    help="a tied embedding read from the int8 LM head's levels, stored once (default: on for "
                    "int4keepproj, off for int8keepproj and int8, where it measured a larger share of their "
-                   "error; docs/quantization.md)")  # fmt: skip
+                   "error; auto offers it where its measurement chooses it, --no-int8-tied-table: not; "
+                   "docs/quantization.md)")  # fmt: skip
     p.add_argument("--state-dtype", choices=["fp32", "fp16"], help="storage dtype of the recurrent "
                    "states (default fp32; the recurrence always computes in fp32)")  # fmt: skip
     p.add_argument("--weights", help="local checkpoint for a preset name (.pth or HF folder) instead of its download")
