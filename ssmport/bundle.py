@@ -20,7 +20,7 @@ from typing import Any
 
 from ssmport.errors import BundleError, SsmportError
 from ssmport.files import OWNER_MARKER, OwnedDir, PathLock, rename_noreplace, stale_dirs, write_output
-from ssmport.interrupts import raise_if_interrupted
+from ssmport.interrupts import cleaned_at_hard_stop, raise_if_interrupted
 from ssmport.manifest import FORMAT, Manifest
 
 MANIFEST = "manifest.json"
@@ -255,8 +255,16 @@ def staged_directory(final: Path, overwrite: bool, protect: Iterable[Path] = ())
                 staging = OwnedDir(parent, f".{final.name}.partial-")
             except OSError as exc:
                 raise SsmportError(f"{parent}: cannot write there ({exc.strerror})") from None
+            def abandon() -> None:  # what a stop ending the process in the gate's runtime calls leaves undone
+                staging.remove()
+                lock.release()
+                for p in created:
+                    with contextlib.suppress(OSError):
+                        p.rmdir()
+
             try:
-                yield staging.path
+                with cleaned_at_hard_stop(abandon):
+                    yield staging.path
                 raise_if_interrupted()  # under interrupts_deferred(), a signal so far stops it here
                 _deliver(staging, final, overwrite, check_target)
                 delivered = True

@@ -15,19 +15,34 @@ SIGTERM (`kill`, a job scheduler, a container stopping) and SIGHUP (the terminal
 stop a command the way Ctrl-C does, as `Terminated`: the CLI installs `terminate_raises()`,
 cleans up (no staging directory is left) and exits 128 + the signal number (143, 129), the
 shell's convention. A signal the caller set to be ignored (nohup's SIGHUP) stays ignored.
+
+A runtime call is never abandoned with the process going on (ssmport.coreai_loop), so
+`interrupts_held()` holds a stop signal until the call returns. One call can take an hour on
+this runtime (a 64-row prefill chunk of rwkv7-1.5b at int8keepproj, emulated fp16), and two
+SIGTERMs sent to such a gate were measured not to stop it within two minutes. So a held
+signal whose call is still running STOP_WAIT_S later, or a second one, ends the process
+there: the cleanups registered with `cleaned_at_hard_stop()` run (the export's staging
+directory is deleted), the same one line is said, and the process exits with the same status,
+without finalizing the interpreter (whose teardown the runtime's worker thread would abort).
+This is done only where the signal would otherwise have stopped the program (Python's own
+SIGINT handler, SIGTERM / SIGHUP by default), never over a handler the caller installed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _pending: int | None = None  # the first stop signal recorded by interrupts_deferred(), not yet raised
 _deferring = False
 _at_once = False  # inside stops_at_once(): a stop signal raises where it lands
+STOP_WAIT_S = 5.0  # how long a held stop signal waits for its runtime call before the process ends
+_hard_stop_cleanups: list[Callable[[], None]] = []
 
 
 class Terminated(BaseException):
@@ -42,8 +57,49 @@ def stop_exception(signum: int) -> BaseException:
     return KeyboardInterrupt() if signum == signal.SIGINT else Terminated(signum)
 
 
+def stop_status(signum: int) -> int:
+    """The exit status of a command a stop signal ended: 130 for Ctrl-C, 128 + the signal else."""
+    return 130 if signum == signal.SIGINT else 128 + signum
+
+
+def stop_line(signum: int) -> str:
+    """The one line a command a stop signal ended says."""
+    return "ssmport: interrupted" if signum == signal.SIGINT else f"ssmport: terminated ({signal.Signals(signum).name})"
+
+
+@contextlib.contextmanager
+def cleaned_at_hard_stop(cleanup: Callable[[], None]) -> Iterator[None]:
+    """Inside the block, `cleanup` (deleting a staging directory) also runs if a stop signal
+    ends the process during a runtime call (see the module's docstring)."""
+    _hard_stop_cleanups.append(cleanup)
+    try:
+        yield
+    finally:
+        _hard_stop_cleanups.remove(cleanup)
+
+
+def _hard_stop(signum: int) -> None:
+    for cleanup in reversed(_hard_stop_cleanups):
+        with contextlib.suppress(Exception):
+            cleanup()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    with contextlib.suppress(Exception):
+        os.write(2, (stop_line(signum) + "\n").encode())
+    os._exit(stop_status(signum))
+
+
+def _would_stop(previous) -> bool:
+    """Whether the handler replaced would have stopped the program (so ending it is no surprise)."""
+    return previous is signal.default_int_handler or previous == signal.SIG_DFL or getattr(previous, "stops", False)
+
+
 def _raise_terminated(signum, frame):
     raise Terminated(signum)
+
+
+_raise_terminated.stops = True  # type: ignore[attr-defined]  # see _would_stop
 
 
 def _ours_to_replace(signum: int) -> bool:
@@ -112,6 +168,7 @@ def interrupts_deferred() -> Iterator[None]:
             _deliver(signum, previous.get(signum))
         _pending = signum
 
+    record.stops = True  # type: ignore[attr-defined]  # see _would_stop
     with _handlers(record) as replaced:
         previous.update(replaced)
         _deferring, _pending = True, None
@@ -151,13 +208,29 @@ def raise_if_interrupted() -> None:
 
 @contextlib.contextmanager
 def interrupts_held() -> Iterator[None]:
-    """Hold a stop signal that arrives inside the block and deliver it when the block ends."""
+    """Hold a stop signal that arrives inside the block (a runtime call) and deliver it when
+    the block ends; if the block outlasts it by STOP_WAIT_S, or a second one comes, end the
+    process (see the module's docstring)."""
     caught: list[int] = []
     previous: dict[int, object] = {}
+    timers: list[threading.Timer] = []
+
+    def hold(signum, frame):
+        stops = _would_stop(previous.get(signum, signal.SIG_DFL))
+        if caught and stops:
+            _hard_stop(signum)
+        caught.append(signum)
+        if stops and not timers:
+            timers.append(threading.Timer(STOP_WAIT_S, _hard_stop, (signum,)))
+            timers[0].daemon = True
+            timers[0].start()
+
     try:
-        with _handlers(lambda signum, frame: caught.append(signum)) as replaced:
+        with _handlers(hold) as replaced:
             previous.update(replaced)
             yield
     finally:
+        for timer in timers:
+            timer.cancel()
         if caught:
             _deliver(caught[0], previous.get(caught[0]))

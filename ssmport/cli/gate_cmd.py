@@ -67,9 +67,11 @@ def run(args) -> int:
         raise SsmportError(f"the given streams hold {sum(map(len, streams)):,} tokens; the limit is {MAX_GATE_TOKENS:,}")
     if args.compare:
         return _compare(bundle, streams, args)
-    report = gate_bundle(
-        bundle, prompts=args.prompts, steps=args.steps, token_streams=streams or None, weights=args.weights
-    )
+    from ssmport.progress import Stages
+
+    with Stages() as stages:  # bars on a terminal; in a log, a line per long stage (minutes at released sizes)
+        report = gate_bundle(bundle, prompts=args.prompts, steps=args.steps, token_streams=streams or None,
+                             weights=args.weights, stages=stages)  # fmt: skip
     if args.json:
         print(json.dumps(report.summary(), indent=2))
     else:

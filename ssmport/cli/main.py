@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import signal
 import sys
 import time
 import traceback
@@ -20,7 +21,6 @@ from ssmport.errors import SsmportError
 EXIT_GATE_FAILED = 1
 EXIT_USER_ERROR = 2
 EXIT_INTERNAL_ERROR = 70  # EX_SOFTWARE
-EXIT_INTERRUPTED = 130
 COMMANDS = ("export", "gate", "logits", "generate", "chat", "inspect", "check-engine", "list", "bench", "tokenize",
             "tokenizer")  # fmt: skip
 INTERNAL_ERROR = "ssmport: internal error:"
@@ -140,7 +140,7 @@ def _save_traceback(exc: BaseException) -> str:
 
 
 def _run(argv: list[str] | None) -> int:
-    from ssmport.interrupts import Terminated, terminate_raises
+    from ssmport.interrupts import Terminated, stop_line, stop_status, terminate_raises
 
     try:
         with terminate_raises():
@@ -160,11 +160,11 @@ def _run(argv: list[str] | None) -> int:
         _say(f"ssmport: error: {exc}")
         return EXIT_USER_ERROR
     except KeyboardInterrupt:
-        _say("ssmport: interrupted")
-        return EXIT_INTERRUPTED
+        _say(stop_line(signal.SIGINT))
+        return stop_status(signal.SIGINT)
     except Terminated as exc:
-        _say(f"ssmport: terminated ({exc})")
-        return 128 + exc.signum
+        _say(stop_line(exc.signum))
+        return stop_status(exc.signum)
     except BrokenPipeError:  # `ssmport ... | head`: the reader stopped reading; not an error
         _quiet_broken_stdout()
         return 0

@@ -7,12 +7,14 @@ how faithful each recipe is to the fp32 torch reference.
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 
 from ssmport.bundle import Bundle
 from ssmport.exporter.pipeline import export
 from ssmport.gate.run import gate_bundle
 from ssmport.gate.report import GateReport
+from ssmport.interrupts import cleaned_at_hard_stop
 from ssmport.quant import RECIPES
 from ssmport.loader.resolve import rebuild_bundle_source
 
@@ -29,7 +31,8 @@ def compare_recipes(
     state = m.recipe.state_dtype
     own = m.recipe.name
     rows = [(own, m.asset.bytes, gate_bundle(bundle, model, token_streams=streams))]
-    with tempfile.TemporaryDirectory(prefix="ssmport-compare-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="ssmport-compare-") as tmp, \
+            cleaned_at_hard_stop(lambda: shutil.rmtree(tmp, ignore_errors=True)):
         for recipe in COMPARED:
             if recipe == own:
                 continue
