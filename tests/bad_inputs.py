@@ -841,6 +841,8 @@ case("gate-prompts-negative", "gate", "a negative --prompts", lambda e: ["gate",
 case("gate-steps-0", "gate", "--steps 0", lambda e: ["gate", e.tok, "--steps", "0"], "--steps must be at least 1 (got 0)")
 case("gate-steps-huge", "gate", "--steps 10^9 (nothing allocated for it)", lambda e: ["gate", e.tok, "--steps", str(10**9)],
      "--steps must be at most 100,000")  # fmt: skip
+case("gate-decode-only-compare", "gate", "--decode-only with --compare", lambda e: ["gate", e.tok, "--decode-only", "--compare"],
+     "--decode-only applies to the bundle's own gate, not to --compare")  # fmt: skip
 case("gate-product-huge", "gate", "--prompts x --steps beyond the limit", lambda e: ["gate", e.tok, "--prompts", "1000", "--steps", "1000"],
      "--prompts x --steps is 1,000,000 teacher-forced steps")  # fmt: skip
 case("gate-steps-text", "gate", "--steps that is not a number", lambda e: ["gate", e.tok, "--steps", "many"], "invalid int value: 'many'")

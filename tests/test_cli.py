@@ -72,6 +72,20 @@ def test_gate_command(scratch_bundle, tmp_path, capsys):
     assert code == 0 and '"steps": 8' in out  # per stream: 2-token prompt + 3 steps
 
 
+def test_a_decode_only_gate_skips_prefill_and_records_nothing(scratch_bundle, tmp_path, capsys):
+    """--decode-only: all 8 tokens one at a time through `main` (8 records, not the 5 of a
+    prompt through `prefill`); printed, and the bundle's recorded gate left as it was."""
+    ids = tmp_path / "ids.txt"
+    ids.write_text(" ".join(map(str, TOKENS)))
+    before = {f: (scratch_bundle / f).read_bytes() for f in ("manifest.json", "gate.json")}
+    code, out, _ = run_cli(capsys, "gate", scratch_bundle, "--tokens-file", ids, "--decode-only")
+    assert code == 0 and out.startswith("PASS fp32: top-1 8/8"), out
+    assert "not recorded in the bundle" in out and "transcript:" not in out
+    assert {f: (scratch_bundle / f).read_bytes() for f in before} == before
+    code, _, err = run_cli(capsys, "gate", scratch_bundle, "--decode-only", "--compare")
+    assert code == 2 and err == "ssmport: error: --decode-only applies to the bundle's own gate, not to --compare\n"
+
+
 def test_gate_against_other_weights_is_refused(scratch_bundle, blinkdl_bf16_pth, capsys):
     """--weights of another model (same shapes) is not the bundle's source: one line, exit 2
     (it used to gate against them, or give their logits)."""

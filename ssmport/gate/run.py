@@ -41,6 +41,7 @@ def gate_bundle(
     stages: Stages | None = None,
     record: bool = True,
     profiler=None,
+    prefill: bool = True,
 ) -> GateReport:
     """Gate `bundle` against the fp32 torch reference built from its source weights.
 
@@ -93,7 +94,7 @@ def gate_bundle(
         with section("lowering"):
             ensure_lowered(bundle)
         with section("load lowered model"):
-            candidate = Runner(bundle, profiler=profiler)
+            candidate = Runner(bundle, profiler=profiler, prefill=prefill)
     try:
         with stages.stage(f"Gate ({total} teacher-forced steps)", total=total):
             report = run_gate(
