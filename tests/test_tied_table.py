@@ -241,6 +241,22 @@ def test_an_untied_int8_head_keeps_its_own_table(tmp_path):
     assert entry["bytes"] == 2048 * 64 * 2 and "shares" not in entry
 
 
+def test_an_untied_head_is_refused_before_torch_export(tmp_path, monkeypatch):
+    """--int8-tied-table on an untied model: refused once the weights are built, before the
+    export and conversion (minutes at released sizes); nothing left behind."""
+    from ssmport.errors import SsmportError
+
+    folder = hf.write_lfm2(tmp_path / "ckpt", replace(INT8_DIMS, tied=False), seed=3)
+
+    def reached(*args, **kwargs):
+        raise AssertionError("torch.export was reached")
+
+    monkeypatch.setattr(convert, "_export_program", reached)
+    with pytest.raises(SsmportError, match="LM head is not its embedding table"):
+        export(str(folder), tmp_path / "out", quant="int8keepproj", int8_tied_table=True, gate=False, progress=False)
+    assert not (tmp_path / "out").exists()
+
+
 def test_int8_tied_table_needs_an_int8_head():
     from ssmport.errors import SsmportError
     from ssmport.exporter.options import ExportOptions

@@ -61,6 +61,7 @@ def convert(
     layout: str | Layout = DEFAULT_LAYOUT,
     verify: int | None = None,
     experts: str = GATHERED,
+    require_tied_table: bool = False,
 ) -> Converted:
     """Build the decode module (and the prefill module, when the architecture has one and
     `prefill_chunk` is set) under `builder`'s recipe and convert them to one Core AI program:
@@ -70,6 +71,8 @@ def convert(
 
     `verify` K: a third function, "verify", checking K drafted tokens per call (ssmport.verify).
     `experts`: how the decode function reads a token's routed experts (ssmport.models.moe.EXPERT_FORMS).
+    `require_tied_table` (--int8-tied-table): a head that is not the embedding table is refused
+    once the weights are built, not after the (far longer) export and conversion.
 
     Every function's signature is read from the IR and checked against the contract.
     """
@@ -82,7 +85,9 @@ def convert(
     with stages.stage("Building weights", total=total), _releasing_pages(model.weights, builder):
         with torch.no_grad():
             module = arch.build_decode(cfg, model.weights, builder, state_dtype).eval()
-            store_tied_table_once(module, builder)
+            if not store_tied_table_once(module, builder) and require_tied_table:
+                raise SsmportError(f"--int8-tied-table: {model.name}'s LM head is not its embedding table (an untied "
+                                   "head), so there is no table to read from it")  # fmt: skip
             use_expert_form(module, experts)
             prefill = arch.build_prefill(cfg, module, prefill_chunk) if prefill_chunk else None
             draft = arch.build_draft(cfg, model.weights, builder, module, verify, state_dtype) if verify else None

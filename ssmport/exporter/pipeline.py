@@ -113,10 +113,8 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
         final = Path(out) / check_bundle_name(o.name or f"{model.name}-{recipe.name}")
         with staged_directory(final, o.overwrite, protect=source_paths(model)) as tmp:
             manifest = _build_bundle(model, recipe, STATE_DTYPES[o.state_dtype], tmp, final.name, stages, chunk,
-                                     o.layout, auto, o.verify, o.experts)  # fmt: skip
-            if o.int8_tied_table and auto is None and not any(t.get("shares") for t in manifest.plan_tensors):
-                raise SsmportError(f"--int8-tied-table: {model.name}'s LM head is not its embedding table (an untied "
-                                   "head), so there is no table to read from it")  # fmt: skip
+                                     o.layout, auto, o.verify, o.experts,
+                                     require_tied_table=bool(o.int8_tied_table) and auto is None)  # fmt: skip
             bundle = Bundle(tmp, manifest)
             if o.experts != GATHERED:
                 manifest.export["experts"] = o.experts  # every function's expert form (--experts)
@@ -171,11 +169,12 @@ def _build_bundle(
     auto: AutoPlan | None = None,
     verify: int | None = None,
     experts: str = GATHERED,
+    require_tied_table: bool = False,
 ) -> Manifest:
     arch, cfg = model.architecture, model.config
     builder = WeightBuilder.for_architecture(recipe, arch, on_store=stages.advance)
 
-    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, verify, experts)
+    converted = convert(model, builder, state_dtype, stages, prefill_chunk, layout, verify, experts, require_tied_table)
     signature, specs = converted.decode, converted.specs
 
     with stages.stage("Writing asset"):
