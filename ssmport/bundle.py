@@ -238,6 +238,12 @@ def staged_directory(final: Path, overwrite: bool, protect: Iterable[Path] = ())
     check_target()
     created = [p for p in (parent, *parent.parents) if not os.path.lexists(p)]  # removed again on failure
     delivered = False
+
+    def remove_created() -> None:  # deepest first; only the empty folders this export made
+        for p in created:
+            with contextlib.suppress(OSError):
+                p.rmdir()
+
     try:
         try:
             parent.mkdir(parents=True, exist_ok=True)
@@ -255,12 +261,10 @@ def staged_directory(final: Path, overwrite: bool, protect: Iterable[Path] = ())
                 staging = OwnedDir(parent, f".{final.name}.partial-")
             except OSError as exc:
                 raise SsmportError(f"{parent}: cannot write there ({exc.strerror})") from None
-            def abandon() -> None:  # what a stop ending the process in the gate's runtime calls leaves undone
+            def abandon() -> None:  # the finally blocks below, for a stop ending the process in a runtime call
                 staging.remove()
                 lock.release()
-                for p in created:
-                    with contextlib.suppress(OSError):
-                        p.rmdir()
+                remove_created()
 
             try:
                 with cleaned_at_hard_stop(abandon):
@@ -277,9 +281,7 @@ def staged_directory(final: Path, overwrite: bool, protect: Iterable[Path] = ())
             lock.release()
     finally:
         if not delivered:
-            for p in created:  # deepest first; only the empty folders this export made
-                with contextlib.suppress(OSError):
-                    p.rmdir()
+            remove_created()
 
 
 def _deliver(staging: OwnedDir, final: Path, overwrite: bool, check_target) -> None:
