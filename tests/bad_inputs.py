@@ -696,6 +696,11 @@ case("export-gate-steps-0", "export", "--gate-steps 0", lambda e: ["export", e.p
      "--gate-steps must be at least 1")  # fmt: skip
 case("export-gate-steps-huge", "export", "--gate-steps 10^9 (nothing allocated for it)",
      lambda e: ["export", e.pth, "--gate-steps", str(10**9), "-o", e.path("out"), "-q"], "--gate-steps must be at most 100,000")  # fmt: skip
+case("export-gate-prefill-no-gate", "export", "--gate-prefill with --no-gate",
+     lambda e: ["export", e.pth, "--gate-prefill", "--no-gate", *_out(e)], "--gate-prefill needs the export gate; drop --no-gate")  # fmt: skip
+case("export-gate-prefill-no-prefill", "export", "--gate-prefill with --no-prefill",
+     lambda e: ["export", e.pth, "--gate-prefill", "--no-prefill", "-o", e.path("out"), "-q"],
+     "--gate-prefill needs the prefill function; drop --no-prefill")  # fmt: skip
 case("prefill-chunk-0", "export", "--prefill-chunk 0", lambda e: ["export", e.pth, "--prefill-chunk", "0", *_out(e)],
      "--prefill-chunk must be between 1 and 4096 tokens (got 0)")  # fmt: skip
 case("prefill-chunk-negative", "export", "a negative --prefill-chunk", lambda e: ["export", e.pth, "--prefill-chunk", "-8", *_out(e)],

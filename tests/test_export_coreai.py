@@ -64,6 +64,38 @@ def test_export_gate_recorded(pth_fp32_bundle):
     transcript = json.loads((pth_fp32_bundle.path / "gate.json").read_text())
     assert [(s["step"], s["via"]) for s in transcript["steps"]] == [(2, "prefill"), (3, "main"), (4, "main"), (5, "main")]
     assert transcript["summary"]["max_rel_logit_delta"] < 1e-4
+    assert m.gate.functions == ["main", "prefill"] and m.gate.functions_not_run == []
+
+
+def test_16bit_export_gate_runs_decode_only(pth_fp16_bundle, capsys):
+    """A 16-bit bundle's export gate feeds every token through `main` (its padded prefill chunk
+    costs this runtime as much as 64 decode calls), and the manifest, the CLI and inspect say so."""
+    from ssmport.cli.main import main
+
+    m = pth_fp16_bundle.manifest
+    assert m.prefill is not None and m.gate.steps == 6
+    transcript = json.loads((pth_fp16_bundle.path / "gate.json").read_text())
+    assert [(s["step"], s["via"]) for s in transcript["steps"]] == [(t, "main") for t in range(6)]
+    assert m.gate.functions == ["main"] and m.gate.functions_not_run == ["prefill"]
+    assert pth_fp16_bundle.gate_headline.endswith("; the prefill function not run")
+    assert main(["inspect", str(pth_fp16_bundle.path)]) == 0
+    assert "the decode function only: prefill not run" in capsys.readouterr().out
+
+
+def test_gate_prefill_runs_a_16bit_bundles_prefill(blinkdl_pth, bundles, capsys):
+    from ssmport.cli.main import main
+
+    export = ["export", str(blinkdl_pth), "--quant", "fp16", "--gate-steps", "4", "-q"]
+    assert main([*export, "-o", str(bundles / "gate-default")]) == 0
+    assert "gate: the decode function only; `ssmport gate " in capsys.readouterr().out
+    out = bundles / "gate-prefill"
+    assert main([*export, "--gate-prefill", "-o", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "gate: PASS fp16" in printed and "not run" not in printed and "decode function only" not in printed
+    bundle = Bundle.open(next(out.iterdir()))
+    transcript = json.loads((bundle.path / "gate.json").read_text())
+    assert [(s["step"], s["via"]) for s in transcript["steps"]] == [(1, "prefill"), (2, "main"), (3, "main")]
+    assert bundle.manifest.gate.functions == ["main", "prefill"] and bundle.manifest.gate.functions_not_run == []
 
 
 def test_contract_names_order_shapes_dtypes(pth_fp32_bundle, dims):

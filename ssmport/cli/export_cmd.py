@@ -48,6 +48,10 @@ def add_parser(sub) -> None:
     p.add_argument("--no-gate", action="store_true", help="skip the short parity gate (and, for a model that "
                    "ships with ssmport, the score on its held-out text)")  # fmt: skip
     p.add_argument("--gate-steps", type=int, default=8, help="tokens in the export gate (default 8)")
+    p.add_argument("--gate-prefill", action=argparse.BooleanOptionalAction, default=None,
+                   help="also feed the export gate's prompt through the prefill function (default: fp32 bundles "
+                        "only; a 16-bit bundle's padded chunk costs this runtime as much as 64 decode calls, over "
+                        "20 minutes at 1.5B)")  # fmt: skip
     p.add_argument("--prefill-chunk", type=int, default=DEFAULT_CHUNK, metavar="T",
                    help=f"tokens per call of the bundle's chunked `prefill` function (default {DEFAULT_CHUNK})")
     p.add_argument("--context", type=int, metavar="N",
@@ -98,6 +102,7 @@ def run(args) -> int:
         overwrite=args.overwrite,
         gate=not args.no_gate,
         gate_steps=args.gate_steps,
+        gate_prefill=args.gate_prefill,
         progress=not args.quiet,
         prefill_chunk=None if args.no_prefill else args.prefill_chunk,
         layout=args.layout,
@@ -121,6 +126,9 @@ def run(args) -> int:
         print("\n".join(result.memory.lines()))
     if result.gate_headline:
         print(f"gate: {result.gate_headline}", flush=True)
+        if m.gate.functions_not_run:
+            print(f"gate: the decode function only; `ssmport gate {result.path}` (or export --gate-prefill) "
+                  "also checks prefill", flush=True)  # fmt: skip
         if not m.gate.passed:
             print(f"ssmport: the bundle was written but failed its gate; see {result.path / 'gate.json'} "
                   "and `ssmport gate` for the full report", file=sys.stderr)  # fmt: skip

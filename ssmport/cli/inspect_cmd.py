@@ -98,6 +98,8 @@ def run(args) -> int:
         ties = f" (+{g.top1_excused_ties} near-tie)" if g.top1_excused_ties else ""
         print(f"gate: {verdict} top-1 {g.top1_agree}/{g.steps}{ties}, max |Δlogits| "
               f"{g.max_abs_logit_delta:.3g} (rel {g.max_rel_logit_delta:.2e}) over {g.prompts} stream(s)")  # fmt: skip
+        if g.functions_not_run:
+            print(f"      the decode function only: {' and '.join(g.functions_not_run)} not run (ssmport gate BUNDLE runs it)")
         if g.noise_floor:
             f = g.noise_floor
             print(f"      judged vs fp64: rel {f['bundle_vs_fp64_rel']:.2e}; the fp32 reference's own floor "

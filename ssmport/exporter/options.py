@@ -39,7 +39,9 @@ class ExportOptions:
     the peak RSS of every stage (ssmport.memory) into the manifest. `size_budget`: the asset's
     most bytes under quant "auto" (ssmport.quant.auto). `int8_tied_table`: whether a tied
     embedding reads the int8 LM head's levels instead of an fp16 table of its own (None: the
-    recipe's default; ssmport.quant.tied). `weights`, `synthetic`, `seed`,
+    recipe's default; ssmport.quant.tied). `gate_prefill`: whether the export gate feeds its
+    prompt through `prefill` (None: fp32 bundles only; ssmport.exporter.pipeline.gate_runs_prefill).
+    `weights`, `synthetic`, `seed`,
     `vocab`, `file`:
     how a preset or checkpoint spec is loaded (ssmport.loader.resolve.load_model)."""
 
@@ -54,6 +56,9 @@ class ExportOptions:
     overwrite: bool = False
     gate: bool = True
     gate_steps: int = EXPORT_GATE_STEPS
+    # Whether the export gate also runs its prompt through `prefill`; None: fp32 bundles only
+    # (ssmport.exporter.pipeline.gate_runs_prefill)
+    gate_prefill: bool | None = None
     progress: bool = True
     prefill_chunk: int | None = DEFAULT_CHUNK
     layout: str | Layout = "ssmport"
@@ -89,6 +94,10 @@ class ExportOptions:
             raise SsmportError(f"--context {self.context} holds fewer positions than the export gate's "
                                f"{self.gate_steps} tokens (--gate-steps); give a larger --context, fewer "
                                "--gate-steps, or --no-gate")  # fmt: skip
+        if self.gate_prefill and not self.gate:
+            raise SsmportError("--gate-prefill needs the export gate; drop --no-gate")
+        if self.gate_prefill and self.prefill_chunk is None:
+            raise SsmportError("--gate-prefill needs the prefill function; drop --no-prefill")
         check_chunk(self.prefill_chunk)
         check_verify(self.verify)
         if self.experts not in EXPERT_FORMS:

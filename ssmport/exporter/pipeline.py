@@ -131,13 +131,12 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                 log = OpLog(keep=1)
                 report = gate_bundle(
                     bundle, model, prompts=EXPORT_GATE_PROMPTS, steps=o.gate_steps, stages=stages,
-                    profiler=log.profiler(),
+                    profiler=log.profiler(), prefill=gate_runs_prefill(recipe, o.gate_prefill),
                 )  # fmt: skip
                 headline = report.headline()
                 counted = {"main": summarize(log.calls[-1])}
-                # A full prefill chunk (and verify call) is counted only for fp32 bundles: this runtime emulates fp16
-                # and dequantizes int8 on every call, so one 64-row chunk of qwen3.5-0.8b
-                # int8keepproj took over 8 minutes here (`inspect --count-ops` counts it on demand).
+                # A full prefill chunk (and verify call) is counted only for fp32 bundles, for the
+                # reason of gate_runs_prefill (`inspect --count-ops` counts it on demand).
                 if recipe.name == "fp32" and (manifest.prefill is not None or manifest.verify is not None):
                     counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
@@ -155,6 +154,16 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                 manifest.export["peak_rss_mb"] = timings["peak_rss_mb"]
             bundle.save_manifest()
     return ExportResult(final, manifest, headline, trace if o.profile_memory else None, timings)
+
+
+def gate_runs_prefill(recipe: Recipe, asked: bool | None) -> bool:
+    """Whether the export gate feeds its prompt through `prefill` (`asked`: --gate-prefill /
+    --no-gate-prefill; None: the default). By default only an fp32 bundle's does: this runtime
+    emulates 16-bit sums element by element (~48 ns a multiply-add, docs/quantization.md), so a
+    16-bit bundle's padded 64-row chunk costs as much as 64 decode calls: 3 min 12 s of
+    rwkv7-0.1b int8keepproj's export gate against 69 s for 8 decode calls, and over 22 minutes
+    at 1.5B against ~2 minutes a decode call. Those gates check `main` only, and say so."""
+    return recipe.name == "fp32" if asked is None else asked
 
 
 def _build_bundle(

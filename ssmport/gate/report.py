@@ -79,6 +79,7 @@ class GateReport:
     # model write the same gate.json and manifest (tests/test_reproducible.py).
     reference_seconds: dict = field(default_factory=dict)
     recipe_split: dict | None = None  # 16-bit recipes: the recipe's own error apart from this runtime's (set_recipe_split)
+    not_run: list[str] = field(default_factory=list)  # the bundle's functions the run left out ("prefill": gate_bundle)
 
     @property
     def n(self) -> int:
@@ -161,6 +162,8 @@ class GateReport:
             "thresholds": self.thresholds,
             "noise_floor": self.noise_floor(),
             "recipe_split": self.recipe_split,
+            "functions": sorted({s.via for s in self.steps}),
+            "functions_not_run": self.not_run,
         }
 
     def to_json(self) -> dict:
@@ -184,6 +187,8 @@ class GateReport:
         if split is not None:
             delta += (f"; of which the recipe (torch, same stored weights, fp32 sums) "
                       f"{split['recipe_vs_reference_rel']:.2e}, the rest this runtime's sums")  # fmt: skip
+        if self.not_run:
+            delta += f"; the {' and '.join(self.not_run)} function not run"
         return (f"{verdict} {self.recipe}: top-1 {s['top1_agree']}/{self.n}{ties}, {delta}"
                 + (" [synthetic weights]" if self.synthetic else ""))
 

@@ -55,6 +55,9 @@ def gate_bundle(
     torch module over the same stored weights with fp32 sums, vs the fp32 reference
     (`GateReport.set_recipe_split`; not for `auto`, whose per-tensor plan is not rebuilt here).
 
+    `prefill` False: every token through `main`; a bundle that has a prefill function records it
+    as not run (the export gate of a 16-bit bundle, ssmport.exporter.pipeline.gate_runs_prefill).
+
     A recipe whose thresholds have a `floor_factor` (fp32) gets the same reference in float64
     too, computed the same way before the bundle loads (its weights twice the fp32 ones', so
     streamed above half the size), and is judged against it (ssmport.gate.report)."""
@@ -107,6 +110,8 @@ def gate_bundle(
         if exact is not None:
             exact.close()
     report.reference_seconds = seconds
+    if not prefill and m.prefill is not None:
+        report.not_run = ["prefill"]
     if recipe_only is not None:
         report.set_recipe_split(fp32_logits, recipe_only)
     if record:
