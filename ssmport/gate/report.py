@@ -8,7 +8,9 @@ forks its whole tail at the first near-tie and reports false mismatches.
 When the candidate has a chunked prefill function (`has_prefill`), the first half of each
 stream goes in through it, as a prompt would: one record compares the logits after that
 prompt, then the rest is teacher-forced one token at a time through the decode function,
-from the state prefill left. That tests both functions and the hand-over between them.
+from the state prefill left. That tests both functions and the hand-over between them. (A
+candidate loaded without it, as a 16-bit bundle's export gate is, records the bundle's prefill
+function in `not_run`: ssmport.gate.run.)
 
 A top-1 disagreement is excused only where the reference's own top-2 margin is below the
 recipe's `tie_rel_margin` times that step's logit scale (the model itself barely prefers one
