@@ -135,9 +135,9 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
                 )  # fmt: skip
                 headline = report.headline()
                 counted = {"main": summarize(log.calls[-1])}
-                # A full prefill chunk (and verify call) is counted only for fp32 bundles, for the
-                # reason of gate_runs_prefill (`inspect --count-ops` counts it on demand).
-                if recipe.name == "fp32" and (manifest.prefill is not None or manifest.verify is not None):
+                # A full prefill chunk (and verify call) is counted only where it is cheap here
+                # (`inspect --count-ops` counts it on demand).
+                if chunk_is_cheap_here(recipe) and (manifest.prefill is not None or manifest.verify is not None):
                     counted |= count_ops(bundle, main=False)
                 manifest.export["runtime_ops"] = {f: c.to_json() for f, c in counted.items()}
                 if manifest.verify is not None:
@@ -156,14 +156,20 @@ def _export(spec: str | Path | LoadedModel, out: str | Path, o: ExportOptions) -
     return ExportResult(final, manifest, headline, trace if o.profile_memory else None, timings)
 
 
+def chunk_is_cheap_here(recipe: Recipe) -> bool:
+    """Whether a many-row call (a prefill chunk, a verify call) of the recipe's bundle is cheap
+    on this runtime: only an fp32 bundle's. The runtime emulates 16-bit sums element by element
+    (~48 ns a multiply-add, docs/quantization.md), so a 16-bit bundle's padded 64-row chunk
+    costs as much as 64 decode calls: 3 min 12 s of rwkv7-0.1b int8keepproj's export gate
+    against 69 s for 8 decode calls, and over 22 minutes at 1.5B against ~2 minutes a decode call."""
+    return recipe.name == "fp32"
+
+
 def gate_runs_prefill(recipe: Recipe, asked: bool | None) -> bool:
     """Whether the export gate feeds its prompt through `prefill` (`asked`: --gate-prefill /
-    --no-gate-prefill; None: the default). By default only an fp32 bundle's does: this runtime
-    emulates 16-bit sums element by element (~48 ns a multiply-add, docs/quantization.md), so a
-    16-bit bundle's padded 64-row chunk costs as much as 64 decode calls: 3 min 12 s of
-    rwkv7-0.1b int8keepproj's export gate against 69 s for 8 decode calls, and over 22 minutes
-    at 1.5B against ~2 minutes a decode call. Those gates check `main` only, and say so."""
-    return recipe.name == "fp32" if asked is None else asked
+    --no-gate-prefill; None: where the chunk is cheap here). The other gates check `main` only,
+    and say so (GateReport.not_run)."""
+    return chunk_is_cheap_here(recipe) if asked is None else asked
 
 
 def _build_bundle(
