@@ -219,9 +219,9 @@ def test_gate_compare_table(pth_fp32_bundle, capsys):
 
 def test_a_4bit_recipe_that_stores_no_4bit_weight_says_so(tmp_path, capsys):
     """Mamba-2 keeps its projections 16-bit and its head int8 under int4keepproj (no 4-bit
-    weight at all): the export notes it, names the recipe that does, and records the note; an
-    architecture with a 4-bit bulk (RWKV-7) gets no such note."""
-    from ssmport.quant.plan import no_four_bit_note
+    weight at all): the export notes it, names the recipe that does, and records the note; a
+    plan holding 4-bit weights, or an 8-bit recipe's, gets no such note."""
+    from ssmport.quant.plan import plan_notes
 
     out = tmp_path / "out"
     assert main(["export", "mamba2-tiny", "--synthetic", "--quant", "int4keepproj", "--no-gate", "-o", str(out), "-q"]) == 0
@@ -234,6 +234,6 @@ def test_a_4bit_recipe_that_stores_no_4bit_weight_says_so(tmp_path, capsys):
     assert not {"int4", "uint4"} & set(m.plan["summary"]["by_dtype"])
     assert any(n.startswith("int4keepproj stores no 4-bit weight") for n in m.notes)
     four_bit = {"by_dtype": {"float16": 10, "int4": 5}}
-    assert no_four_bit_note(get_recipe("int4keepproj"), four_bit) is None
-    assert no_four_bit_note(get_recipe("int8keepproj"), {"by_dtype": {"float16": 10, "int8": 5}}) is None
-    assert no_four_bit_note(get_recipe("int4"), {"by_dtype": {"float16": 10}}) is not None
+    assert plan_notes(get_recipe("int4keepproj"), four_bit) == []
+    assert plan_notes(get_recipe("int8keepproj"), {"by_dtype": {"float16": 10, "int8": 5}}) == []
+    assert len(plan_notes(get_recipe("int4"), {"by_dtype": {"float16": 10}})) == 1

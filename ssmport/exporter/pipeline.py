@@ -47,7 +47,7 @@ from ssmport.models.moe import GATHERED
 from ssmport.progress import Stages
 from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.auto import AutoPlan
-from ssmport.quant.plan import WeightBuilder, no_four_bit_note, summarize_plan
+from ssmport.quant.plan import WeightBuilder, plan_notes, summarize_plan
 from ssmport.quant.recipes import INT8_TIED_TABLE
 from ssmport.reproducible import content_id
 from ssmport.loader.resolve import load_model, source_paths, with_context
@@ -221,7 +221,7 @@ def _build_bundle(
         plan=plan_record,
         asset=AssetEntry(ASSET, dir_bytes(out / ASSET), files=asset_file_hashes(out / ASSET)),
         tokenizer=tokenizer,
-        notes=_notes(model, provenance) + [n for n in [no_four_bit_note(recipe, plan_record["summary"])] if n],
+        notes=_notes(model, provenance) + plan_notes(recipe, plan_record["summary"]),
         layout=layout.name,
     )
     manifest.bundle_id = content_id(manifest.to_json())

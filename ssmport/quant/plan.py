@@ -274,16 +274,16 @@ def _quantize_in_column_chunks(weight_in_out: torch.Tensor, bits: int, affine: b
     return Blockwise(q, scale, zero, bits)
 
 
-def no_four_bit_note(recipe, summary: dict) -> str | None:
-    """The manifest's note when a fixed 4-bit recipe's plan stores no 4-bit weight: on Mamba-1
-    and Mamba-2 int4keepproj keeps what int8keepproj keeps (their projections feed the
-    recurrence, the head is int8; docs/quantization.md), so a user who chose it for its size
-    is told, with the recipe that does put every matmul at 4 bits. None otherwise."""
+def plan_notes(recipe, summary: dict) -> list[str]:
+    """The manifest's notes on a plan (its `summarize_plan` summary): one when a fixed 4-bit
+    recipe stores no 4-bit weight. On Mamba-1 and Mamba-2 int4keepproj keeps what int8keepproj
+    keeps (their projections feed the recurrence, the head is int8; docs/quantization.md), so a
+    user who chose it for its size is told, with the recipe that does put every matmul at 4 bits."""
     if recipe.bits != 4 or recipe.per_tensor or {"int4", "uint4"} & set(summary["by_dtype"]):
-        return None
-    return (f"{recipe.name} stores no 4-bit weight for this architecture: each matmul it would put at 4 bits "
+        return []
+    return [f"{recipe.name} stores no 4-bit weight for this architecture: each matmul it would put at 4 bits "
             "is one the architecture keeps 16-bit or int8 (what feeds its recurrence, and the head); "
-            "--quant int4 puts every matmul at 4 bits")
+            "--quant int4 puts every matmul at 4 bits"]
 
 
 def summarize_plan(entries: list[dict]) -> dict[str, dict[str, int]]:
