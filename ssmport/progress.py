@@ -169,8 +169,16 @@ class _StageLog:
                 how = "done" if ended else "stopped"
                 _line(f"{stage['name']}: {how} after {_duration(time.monotonic() - stage['start'])}")
 
+    def _until_due(self) -> float:
+        """Seconds to wait before looking again: until the running stage's next line is due (a
+        fixed poll could wake just before it and then sleep past a short stage), else 1 s."""
+        with self._lock:
+            if not self._stack:
+                return 1.0
+            return min(1.0, max(0.0, self._stack[-1]["due"] - time.monotonic()) + 0.01)
+
     def _watch(self) -> None:
-        while not self._stop.wait(1.0):
+        while not self._stop.wait(self._until_due()):
             now = time.monotonic()
             with self._lock:
                 if not self._stack or now < self._stack[-1]["due"]:
