@@ -241,6 +241,7 @@ class GateSummary:
     transcript: str = "gate.json"
     noise_floor: dict | None = None  # fp32 gates: the three distances to fp64 (ssmport.gate.report)
     recipe_split: dict | None = None  # 16-bit gates: the recipe's own error in torch with fp32 sums
+    runtime_floor: dict | None = None  # 16-bit gates: the floor of fp16 sums, the limit it gives, the bundle vs its twin
     functions: list | None = None  # the functions the gate ran ("main", "prefill"); None: written before this field
     functions_not_run: list | None = None  # the bundle's functions it left out (a 16-bit export gate: "prefill")
 

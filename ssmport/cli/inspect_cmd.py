@@ -104,6 +104,14 @@ def run(args) -> int:
             f = g.noise_floor
             print(f"      judged vs fp64: rel {f['bundle_vs_fp64_rel']:.2e}; the fp32 reference's own floor "
                   f"{f['reference_vs_fp64_rel']:.2e}; limit {f['limit_rel']:.2g}")  # fmt: skip
+        if g.runtime_floor:
+            r = g.runtime_floor
+            twin = "" if r["bundle_vs_twin_rel"] is None else f"; vs the recipe with this runtime's sums {r['bundle_vs_twin_rel']:.2e}"
+            print(f"      the fp16 floor (the reference in fp16 with this runtime's sums) "
+                  f"{r['reference_in_fp16_vs_reference_rel']:.2e}; limit {r['limit_rel']:.2g}{twin}")  # fmt: skip
+        if g.recipe_split:
+            print(f"      the recipe alone (torch, same stored weights, fp32 sums) rel "
+                  f"{g.recipe_split['recipe_vs_reference_rel']:.2e}")  # fmt: skip
     else:
         print("gate: not run (ssmport gate BUNDLE)")
     _print_ops(bundle, args.count_ops)

@@ -8,7 +8,8 @@ The same machinery computes two other forms of the module (`Form`): the fp32 mod
 float64 (`FP64`, ssmport.gate.fp64: what an fp32 gate measures the fp32 reference's own
 rounding against, its noise floor), and a 16-bit recipe's module with fp32 sums
 (`recipe_with_fp32_sums`, ssmport.gate.accumulation: the recipe's own error, apart from this
-runtime's fp16 sums).
+runtime's fp16 sums) or with this runtime's sums (`recipe_with_runtime_sums`: the bundle's own
+computation, and for the fp16 recipe the 16-bit gates' noise floor).
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from ssmport.errors import SsmportError
 from ssmport.quant import Recipe, get_recipe
 from ssmport.ops.matmul import FloatExperts, FloatMatmul
 from ssmport.quant.plan import WeightBuilder
-from ssmport.gate.accumulation import accumulate_in_fp32
+from ssmport.gate.accumulation import accumulate_as_this_runtime, accumulate_in_fp32
 from ssmport.gate.fp64 import float64_math, to_float64
 from ssmport.gate.torch_runner import TorchRunner
 
@@ -63,6 +64,11 @@ def recipe_with_fp32_sums(recipe: str | Recipe) -> Form:
     """`recipe`'s stored weights, every 16-bit matmul on fp16-rounded inputs summed in fp32 (the
     fp32 twins hold the weights as fp32: 4 bytes each)."""
     return Form(recipe, accumulate_in_fp32)
+
+
+def recipe_with_runtime_sums(recipe: str | Recipe) -> Form:
+    """`recipe`'s stored weights, every 16-bit matmul summed as this runtime sums it."""
+    return Form(recipe, accumulate_as_this_runtime)
 
 
 def reference_logits(

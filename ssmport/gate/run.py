@@ -8,10 +8,11 @@ import torch
 
 from ssmport.architectures import LoadedModel
 from ssmport.bundle import GATE, Bundle, write_json_atomic
-from ssmport.gate.reference import FP64, ReplayedReference, recipe_with_fp32_sums, reference_logits
+from ssmport.gate.reference import (FP64, ReplayedReference, recipe_with_fp32_sums, recipe_with_runtime_sums,
+                                    reference_logits)
 from ssmport.manifest import GateSummary
 from ssmport.memory import section
-from ssmport.gate.report import GateReport, default_prompts, run_gate
+from ssmport.gate.report import GateReport, default_prompts, run_gate, streams_max_abs_delta
 from ssmport.progress import Stages
 from ssmport.quant.recipes import exported_recipe, gate_thresholds
 from ssmport.runtime import Runner
@@ -53,7 +54,10 @@ def gate_bundle(
 
     A 16-bit recipe's report also shows the recipe's own error apart from this runtime's: its
     torch module over the same stored weights with fp32 sums, vs the fp32 reference
-    (`GateReport.set_recipe_split`; not for `auto`, whose per-tensor plan is not rebuilt here).
+    (`GateReport.set_recipe_split`), and the bundle's distance from the same module with this
+    runtime's sums (its twin; neither for `auto`, whose per-tensor plan is not rebuilt here). Its
+    limit takes the 16-bit noise floor: the fp16 recipe's module with this runtime's sums vs the
+    fp32 reference (the fp16 recipe's twin is that module: one run).
 
     `prefill` False: every token through `main`; a bundle that has a prefill function records it
     as not run (the export gate of a 16-bit bundle, ssmport.exporter.pipeline.gate_runs_prefill).
@@ -79,13 +83,25 @@ def gate_bundle(
         fp32_logits = reference_logits(model, token_streams, on_token=stages.advance)
         reference = ReplayedReference(token_streams, fp32_logits)
         seconds["fp32_reference_s"] = time.perf_counter() - start
-    recipe_only = None
+    recipe_only = twin = floor16 = None
     if recipe.float_dtype == torch.float16 and "auto" not in m.plan:
         with stages.stage("the recipe in torch (same stored weights, fp32 sums)", total=total):
             start = time.perf_counter()
             recipe_only = reference_logits(model, token_streams, on_token=stages.advance,
                                            form=recipe_with_fp32_sums(recipe))  # fmt: skip
             seconds["recipe_fp32_sums_s"] = time.perf_counter() - start
+        with stages.stage("the recipe in torch (same stored weights, this runtime's sums)", total=total):
+            start = time.perf_counter()
+            twin = reference_logits(model, token_streams, on_token=stages.advance, form=recipe_with_runtime_sums(recipe))
+            seconds["recipe_runtime_sums_s"] = time.perf_counter() - start
+        if recipe.name == "fp16":
+            floor16 = twin
+    if thresholds.runtime_floor_factor and floor16 is None:
+        with stages.stage("fp16 reference with this runtime's sums (the 16-bit noise floor)", total=total):
+            start = time.perf_counter()
+            floor16 = reference_logits(model, token_streams, on_token=stages.advance, form=recipe_with_runtime_sums("fp16"))
+            seconds["fp16_runtime_sums_s"] = time.perf_counter() - start
+    floor16_abs = None if floor16 is None else streams_max_abs_delta(floor16, fp32_logits)
     exact = None
     if thresholds.floor_factor:
         with stages.stage("fp64 reference (the fp32 reference's noise floor)", total=total):
@@ -103,6 +119,7 @@ def gate_bundle(
             report = run_gate(
                 candidate, reference, token_streams, recipe.name, thresholds,
                 synthetic=model.synthetic, on_step=stages.advance, exact=exact,
+                twin=None if twin is None else ReplayedReference(token_streams, twin), runtime_floor_abs=floor16_abs,
             )  # fmt: skip
     finally:
         candidate.close()
