@@ -60,6 +60,7 @@ def test_generate_ids_inspect_list(pth_fp32_bundle, capsys):
     for name, recipe in RECIPES.items():  # each recipe, then its gate limits on the next line
         row = next(i for i, line in enumerate(lines) if line.startswith(f"{name} "))
         assert f"max |Δlogits| <= {recipe.gate.max_rel_logit_delta:g} x logit scale" in lines[row + 1]
+        assert ("fp16 floor" in lines[row + 1]) == bool(recipe.gate.runtime_floor_factor)
 
 
 def test_gate_command(scratch_bundle, tmp_path, capsys):

@@ -15,10 +15,11 @@ def run(args) -> int:
 
         for r in RECIPES.values():
             print(f"{r.name:14} {r.description}")
-            floor = r.gate.floor_factor
-            print(f"{'':14} gate: max |Δlogits| <= {r.gate.max_rel_logit_delta:g} x logit scale"
-                  + (f" (or {floor:g} x the fp32 reference's own distance from fp64, if larger; judged vs fp64)"
-                     if floor else "")
+            floor, runtime = r.gate.floor_factor, r.gate.runtime_floor_factor
+            widened = (f" (or {floor:g} x the fp32 reference's own distance from fp64, if larger; judged vs fp64)" if floor
+                       else f" (or {runtime:g} x the fp16 floor, if larger: the reference in fp16 with this runtime's "
+                            "sums; the recipe alone within the first)" if runtime else "")  # fmt: skip
+            print(f"{'':14} gate: max |Δlogits| <= {r.gate.max_rel_logit_delta:g} x logit scale{widened}"
                   + f"; flips excused where the reference top-2 margin < {r.gate.tie_rel_margin:g} x scale"
                   + (f"; top-1 on >= {r.gate.min_top1:.0%} of steps" if r.gate.min_top1 < 1 else ""))  # fmt: skip
         return 0

@@ -20,10 +20,13 @@ one() {
   } > $R/$N.log 2>&1
 }
 export -f one; export R
-{
+PRESETS="qwen3.5-0.8b falcon-h1-0.5b-base granite-4.0-h-350m lfm2-350m gated-deltanet-340m mamba-130m mamba2-130m rwkv7-0.1b"
+jobs() {  # JOBS="preset recipe" lines, or every job of that day
+  if [ -n "${JOBS:-}" ]; then echo "$JOBS"; return; fi
   for P in rwkv6-1.6b lfm3-1.7b; do echo "$P int4keepproj"; done
-  for P in qwen3.5-0.8b falcon-h1-0.5b-base granite-4.0-h-350m lfm2-350m gated-deltanet-340m mamba-130m mamba2-130m rwkv7-0.1b; do
+  for P in $PRESETS; do
     for Q in int8keepproj int4keepproj int4 fp16; do echo "$P $Q"; done
   done
-  for P in qwen3.5-0.8b falcon-h1-0.5b-base granite-4.0-h-350m lfm2-350m gated-deltanet-340m mamba-130m mamba2-130m rwkv7-0.1b; do echo "$P fp32"; done
-} | xargs -P 15 -L 1 bash -c 'one "$0" "$1"'
+  for P in $PRESETS; do echo "$P fp32"; done
+}
+jobs | xargs -P ${PARALLEL:-15} -L 1 bash -c 'one "$0" "$1"'
