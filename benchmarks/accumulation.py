@@ -31,7 +31,7 @@ import torch
 
 from ssmport.exporter.pipeline import export
 from ssmport.loader.pretrained import BUNDLED
-from ssmport.gate.accumulation import SummedMatmul, accumulate_in_fp32
+from ssmport.gate.accumulation import Fp32Accumulating, accumulate_in_fp32
 from ssmport.runtime import Runner
 from ssmport.loader.resolve import load_model
 from ssmport.tokenizers import load_tokenizer
@@ -90,7 +90,7 @@ def main() -> None:
     for recipe in args.recipes:
         twin = TorchRunner(model, recipe)
         accumulate_in_fp32(twin.module)
-        swapped = sum(isinstance(m, SummedMatmul) for m in twin.module.modules())
+        swapped = sum(isinstance(m, Fp32Accumulating) for m in twin.module.modules())
         started = time.perf_counter()
         torch32 = compare(twin.step_each(tokens), ref)
         with tempfile.TemporaryDirectory() as out:

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import torch
 
-from ssmport.gate.accumulation import SummedMatmul
+from ssmport.gate.accumulation import Fp32Accumulating
 from ssmport.gate.reference import LayerStreamedReference, recipe_with_fp32_sums, reference_logits
 from ssmport.gate.torch_runner import TorchRunner
 from ssmport.loader.resolve import load_model
@@ -28,9 +28,9 @@ def test_recipe_form_streamed_equals_whole_and_swaps_every_16bit_matmul():
     runner = TorchRunner(model, "int8keepproj")
     form.prepare(runner.module)
     kinds = {type(m).__name__ for m in runner.module.modules()}
-    assert "SummedMatmul" in kinds and not {"BlockwiseMatmul", "Int8Matmul"} & kinds
-    twins = [m for m in runner.module.modules() if isinstance(m, SummedMatmul)]
-    assert twins and all(m.weight.dtype == torch.float32 and not m.runtime_sums for m in twins)
+    assert "Fp32Accumulating" in kinds and not {"BlockwiseMatmul", "Int8Matmul"} & kinds
+    twins = [m for m in runner.module.modules() if isinstance(m, Fp32Accumulating)]
+    assert twins and all(m.weight.dtype == torch.float32 for m in twins)
 
 
 def test_split_is_shown_and_a_recipe_within_its_limit_keeps_the_verdict():

@@ -30,7 +30,7 @@ from ssmport.errors import SsmportError
 from ssmport.quant import Recipe, get_recipe
 from ssmport.ops.matmul import FloatExperts, FloatMatmul
 from ssmport.quant.plan import WeightBuilder
-from ssmport.gate.accumulation import accumulate_as_this_runtime, accumulate_in_fp32
+from ssmport.gate.accumulation import accumulate_in_fp32, runtime_fp16_sums
 from ssmport.gate.fp64 import float64_math, to_float64
 from ssmport.gate.torch_runner import TorchRunner
 
@@ -67,8 +67,8 @@ def recipe_with_fp32_sums(recipe: str | Recipe) -> Form:
 
 
 def recipe_with_runtime_sums(recipe: str | Recipe) -> Form:
-    """`recipe`'s stored weights, every 16-bit matmul summed as this runtime sums it."""
-    return Form(recipe, accumulate_as_this_runtime)
+    """`recipe`'s stored weights, every fp16 matmul summed as this runtime sums it."""
+    return Form(recipe, math=runtime_fp16_sums)
 
 
 def reference_logits(
