@@ -92,10 +92,12 @@ def gate_bundle(
             seconds["recipe_fp32_sums_s"] = time.perf_counter() - start
         with stages.stage("the recipe in torch (same stored weights, this runtime's sums)", total=total):
             start = time.perf_counter()
-            twin = reference_logits(model, token_streams, on_token=stages.advance, form=recipe_with_runtime_sums(recipe))
+            twin_logits = reference_logits(model, token_streams, on_token=stages.advance,
+                                           form=recipe_with_runtime_sums(recipe))  # fmt: skip
+            twin = ReplayedReference(token_streams, twin_logits)
             seconds["recipe_runtime_sums_s"] = time.perf_counter() - start
         if recipe.name == "fp16":
-            floor16 = twin
+            floor16 = twin_logits
     if thresholds.runtime_floor_factor and floor16 is None:
         with stages.stage("fp16 reference with this runtime's sums (the 16-bit noise floor)", total=total):
             start = time.perf_counter()
@@ -119,11 +121,13 @@ def gate_bundle(
             report = run_gate(
                 candidate, reference, token_streams, recipe.name, thresholds,
                 synthetic=model.synthetic, on_step=stages.advance, exact=exact,
-                twin=None if twin is None else ReplayedReference(token_streams, twin), runtime_floor_abs=floor16_abs,
+                twin=twin, runtime_floor_abs=floor16_abs,
             )  # fmt: skip
     finally:
         candidate.close()
         reference.close()
+        if twin is not None:
+            twin.close()
         if exact is not None:
             exact.close()
     report.reference_seconds = seconds
