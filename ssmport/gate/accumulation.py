@@ -46,8 +46,11 @@ def fp16_running_sums(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     for i in range(x.shape[-1]):
         torch.mul(x[..., :, i : i + 1], w[..., i : i + 1, :], out=product)  # rounded to fp16, not fused into the add
         acc.add_(product)
-    acc = acc.squeeze(-1) if vector_w else acc
-    return acc.squeeze(-2 if not vector_w else -1) if vector_x else acc
+    if vector_w:
+        acc = acc.squeeze(-1)
+    if vector_x:  # its row axis is now the last one when w was a vector too
+        acc = acc.squeeze(-1 if vector_w else -2)
+    return acc
 
 
 _MATMULS = frozenset({torch.matmul, torch.Tensor.matmul, torch.Tensor.__matmul__, torch.bmm, torch.mm})
