@@ -18,6 +18,7 @@ constant size, whatever the context.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -92,6 +93,13 @@ def register_states(module: torch.nn.Module, specs: list[StateSpec]) -> None:
     """Register one zero buffer per spec, in spec order (the converter's state order)."""
     for spec in specs:
         module.register_buffer(spec.name, torch.zeros(spec.shape, dtype=spec.dtype))
+
+
+def zero_states(module: torch.nn.Module, specs: Sequence[StateSpec]) -> None:
+    """Zero the state buffers `specs` names, and nothing else: a module's other buffers include
+    its integer weights (coreai-torch's dequantization keeps levels and scales as buffers)."""
+    for spec in specs:
+        getattr(module, spec.name).zero_()
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,8 @@ from ssmport.gate.report import default_prompts
 from ssmport.quant import get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.loader.resolve import load_model
-from ssmport.gate.reference import LayerStreamedReference, ReplayedReference, reference_logits
+from ssmport.gate.reference import Form, LayerStreamedReference, ReplayedReference, reference_logits
+from ssmport.gate.reference import recipe_with_fp32_sums, recipe_with_runtime_sums
 
 BUILTIN_TINY = [a.tiny_preset for a in architectures() if type(a).__module__.startswith("ssmport.models.") and a.tiny_preset]
 MB = 1 << 20
@@ -147,6 +148,22 @@ def test_layer_streamed_reference_equals_the_whole_module(preset):
     for group_bytes in (1, 1 << 30):  # one block per group; every block in one group
         streamed = LayerStreamedReference(model, group_bytes).logits(streams)
         assert all(np.array_equal(a, b) for a, b in zip(whole, streamed)), (preset, group_bytes)
+
+
+# The gate's 16-bit forms: integer blocks (held as buffers) and this runtime's sums included.
+STREAMED_FORMS = {"int8keepproj": Form("int8keepproj"), "int4": Form("int4"),
+                  "int8keepproj twin": recipe_with_runtime_sums("int8keepproj"),
+                  "int4 fp32 sums": recipe_with_fp32_sums("int4")}  # fmt: skip
+
+
+@pytest.mark.parametrize("form", STREAMED_FORMS, ids=str)
+def test_layer_streamed_16bit_forms_equal_the_whole_module(form):
+    """Starting each stream zeroes the states only: the integer weights are buffers too."""
+    model = load_model("rwkv7-tiny", synthetic=True)
+    streams = [[3, 9, 40, 2], [5, 1]]
+    whole = reference_logits(model, streams, stream_layers=False, form=STREAMED_FORMS[form])
+    streamed = LayerStreamedReference(model, 1, form=STREAMED_FORMS[form]).logits(streams)
+    assert all(np.array_equal(a, b) for a, b in zip(whole, streamed)), form
 
 
 def test_layer_streamed_reference_with_kv_states():

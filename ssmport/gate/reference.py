@@ -33,6 +33,7 @@ from ssmport.quant.plan import WeightBuilder
 from ssmport.gate.accumulation import accumulate_in_fp32, runtime_fp16_sums
 from ssmport.gate.fp64 import float64_math, to_float64
 from ssmport.gate.torch_runner import TorchRunner
+from ssmport.state import zero_states
 
 # Above this many fp32 weight bytes the reference is streamed a few layers at a time
 # (LayerStreamedReference) instead of built whole: a 1.5B model's fp32 module is 6.1 GB.
@@ -225,8 +226,7 @@ class LayerStreamedReference:
                 else:
                     group = CausalLM(nn.Identity(), parts, nn.Identity(), _group_specs(specs, parts))
                     for s, tokens in enumerate(streams):
-                        for state in group.buffers():
-                            state.zero_()
+                        zero_states(group, group.specs)
                         for t in range(len(tokens)):
                             xs[s][t] = group.run_blocks(xs[s][t], Step(None, torch.tensor([t], dtype=torch.int32),
                                                                        carries[s][t]))  # fmt: skip

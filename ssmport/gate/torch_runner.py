@@ -15,7 +15,7 @@ from ssmport.errors import SsmportError
 from ssmport.quant import Recipe, get_recipe
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.tied import store_tied_table_once
-from ssmport.state import KV, check_room
+from ssmport.state import KV, check_room, zero_states
 
 
 class TorchRunner:
@@ -32,8 +32,7 @@ class TorchRunner:
         self.tokens: list[int] = []
 
     def reset(self) -> None:
-        for spec in self.specs:
-            getattr(self.module, spec.name).zero_()
+        zero_states(self.module, self.specs)
         self.tokens = []
 
     def step(self, token: int) -> np.ndarray:

@@ -40,6 +40,7 @@ from ssmport.ops.matmul import ExpertStack
 from ssmport.quant.blockwise import dequantize_blockwise, quantize_blockwise
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.recipes import BLOCK_SIZE, RECIPES, Recipe
+from ssmport.state import zero_states
 
 FORMS = ("float16", "int8", "uint4", "int4")  # most bytes first
 # uint4 (int4 with a per-block zero point) is measured and shown, not chosen: on a device a
@@ -304,8 +305,7 @@ class _Runner:
         rows = []
         with torch.no_grad():
             for s in self.streams:
-                for spec in self.specs:
-                    getattr(self.module, spec.name).zero_()
+                zero_states(self.module, self.specs)
                 for pos, token in enumerate(s):
                     ids = torch.tensor([[token]], dtype=torch.int32)
                     rows.append(self.module(ids, torch.tensor([[pos]], dtype=torch.int32)).double().reshape(-1))
