@@ -28,13 +28,17 @@ def _timed(model, streams, form) -> tuple[list, float]:
     return reference_logits(model, streams, form=form), time.perf_counter() - start
 
 
-def floor_of(preset: str, prompts: int, steps: int, recipes: list[str] = ()) -> dict:
+def gate_streams(model, prompts: int, steps: int) -> list[list[int]]:
+    """The streams `ssmport gate BUNDLE` feeds: the bundle's tokenizer is the model's file, copied or converted."""
     from ssmport.tokenizers import load_tokenizer
 
-    model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
-    # the streams `ssmport gate BUNDLE` feeds: the bundle's tokenizer is this file, copied or converted
     tokenizer = None if model.vocab_path is None else load_tokenizer(model.vocab_path)
-    streams = default_prompts(model.config.vocab_size, prompts, steps, tokenizer=tokenizer)
+    return default_prompts(model.config.vocab_size, prompts, steps, tokenizer=tokenizer)
+
+
+def floor_of(preset: str, prompts: int, steps: int, recipes: list[str] = ()) -> dict:
+    model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
+    streams = gate_streams(model, prompts, steps)
     reference, fp32_s = _timed(model, streams, FP32)
     in_fp16, floor_s = _timed(model, streams, recipe_with_runtime_sums("fp16"))
     scale = max(1.0, max(float(abs(r).max()) for r in reference))
