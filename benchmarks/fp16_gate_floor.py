@@ -23,7 +23,7 @@ from ssmport.loader.resolve import DEFAULT_SEED, load_model
 from ssmport.quant.recipes import RECIPES
 
 
-def _timed(model, streams, form) -> tuple[list, float]:
+def timed_logits(model, streams, form) -> tuple[list, float]:
     start = time.perf_counter()
     return reference_logits(model, streams, form=form), time.perf_counter() - start
 
@@ -39,16 +39,16 @@ def gate_streams(model, prompts: int, steps: int) -> list[list[int]]:
 def floor_of(preset: str, prompts: int, steps: int, recipes: list[str] = ()) -> dict:
     model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
     streams = gate_streams(model, prompts, steps)
-    reference, fp32_s = _timed(model, streams, FP32)
-    in_fp16, floor_s = _timed(model, streams, recipe_with_runtime_sums("fp16"))
+    reference, fp32_s = timed_logits(model, streams, FP32)
+    in_fp16, floor_s = timed_logits(model, streams, recipe_with_runtime_sums("fp16"))
     scale = max(1.0, max(float(abs(r).max()) for r in reference))
     floor = streams_max_abs_delta(in_fp16, reference)
     limits = {name: max(r.gate.max_rel_logit_delta, r.gate.runtime_floor_factor * floor / scale)
               for name, r in RECIPES.items() if r.gate.runtime_floor_factor}  # fmt: skip
     predicted = {}
     for name in recipes:
-        alone, alone_s = _timed(model, streams, recipe_with_fp32_sums(name))
-        twin, twin_s = (in_fp16, 0.0) if name == "fp16" else _timed(model, streams, recipe_with_runtime_sums(name))
+        alone, alone_s = timed_logits(model, streams, recipe_with_fp32_sums(name))
+        twin, twin_s = (in_fp16, 0.0) if name == "fp16" else timed_logits(model, streams, recipe_with_runtime_sums(name))
         alone_rel, twin_rel = streams_max_abs_delta(alone, reference) / scale, streams_max_abs_delta(twin, reference) / scale
         fixed = RECIPES[name].gate.max_rel_logit_delta
         predicted[name] = {"recipe_alone_rel": alone_rel, "twin_rel": twin_rel, "limit_rel": limits[name],
