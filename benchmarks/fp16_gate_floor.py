@@ -36,12 +36,17 @@ def gate_streams(model, prompts: int, steps: int) -> list[list[int]]:
     return default_prompts(model.config.vocab_size, prompts, steps, tokenizer=tokenizer)
 
 
+def logit_scale(reference: list) -> float:
+    """The gate's logit scale over every stream: the largest |logit| of the reference, at least 1."""
+    return max(1.0, max(float(abs(r).max()) for r in reference))
+
+
 def floor_of(preset: str, prompts: int, steps: int, recipes: list[str] = ()) -> dict:
     model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
     streams = gate_streams(model, prompts, steps)
     reference, fp32_s = timed_logits(model, streams, FP32)
     in_fp16, floor_s = timed_logits(model, streams, recipe_with_runtime_sums("fp16"))
-    scale = max(1.0, max(float(abs(r).max()) for r in reference))
+    scale = logit_scale(reference)
     floor = streams_max_abs_delta(in_fp16, reference)
     limits = {name: max(r.gate.max_rel_logit_delta, r.gate.runtime_floor_factor * floor / scale)
               for name, r in RECIPES.items() if r.gate.runtime_floor_factor}  # fmt: skip

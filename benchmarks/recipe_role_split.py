@@ -14,7 +14,7 @@ import dataclasses
 import json
 
 import numpy as np
-from fp16_gate_floor import gate_streams, timed_logits
+from fp16_gate_floor import gate_streams, logit_scale, timed_logits
 
 from ssmport.gate.reference import FP32, recipe_with_fp32_sums
 from ssmport.gate.report import streams_max_abs_delta
@@ -33,7 +33,7 @@ def role_split(preset: str, recipe_name: str, roles: list[str], prompts: int, st
     model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
     streams = gate_streams(model, prompts, steps)
     reference, fp32_s = timed_logits(model, streams, FP32)
-    scale = max(1.0, max(float(np.abs(r).max()) for r in reference))
+    scale = logit_scale(reference)
     recipe = get_recipe(recipe_name)
     variants = {recipe_name: recipe}
     for role in roles:

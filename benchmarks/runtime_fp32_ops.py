@@ -15,12 +15,12 @@ the fp64 module).
 from __future__ import annotations
 
 import argparse
-from contextlib import contextmanager
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from coreai_micro import loaded_main
+from fp16_gate_floor import gate_streams, logit_scale
 from torch.overrides import TorchFunctionMode
 
 ROWS = 64  # reductions: 64 rows of 64
@@ -84,8 +84,10 @@ def reduction_order(x: np.ndarray) -> None:
           f"{int((got == pairwise[:, 0]).sum())}, torch's {int((got == torch_sum).sum())}", flush=True)  # fmt: skip
 
 
-class _ConverterSoftplus(TorchFunctionMode):
-    """softplus (and log1p) as the converted program computes them: log(1 + u) in fp32."""
+class ConverterSoftplus(TorchFunctionMode):
+    """softplus (and log1p) as the converted program computes them: log(1 + u) in fp32 (the
+    default beta and threshold, the only ones the models use). Each instance is a context, so
+    the class itself serves as a `Form`'s `math`."""
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         if func is F.softplus:
@@ -96,23 +98,17 @@ class _ConverterSoftplus(TorchFunctionMode):
         return func(*args, **(kwargs or {}))
 
 
-@contextmanager
-def converter_softplus():
-    with _ConverterSoftplus():
-        yield
-
-
 def softplus_effect(preset: str) -> None:
     from ssmport.gate.reference import FP64, Form, reference_logits
-    from ssmport.gate.report import default_prompts, streams_max_abs_delta
-    from ssmport.loader.resolve import load_model
+    from ssmport.gate.report import streams_max_abs_delta
+    from ssmport.loader.resolve import DEFAULT_SEED, load_model
 
-    model = load_model(preset, synthetic=True)
-    streams = default_prompts(model.config.vocab_size, 1, 8)
+    model = load_model(preset, synthetic=True, seed=DEFAULT_SEED)
+    streams = gate_streams(model, prompts=1, steps=8)
     exact = reference_logits(model, streams, form=FP64)
-    scale = max(1.0, max(float(np.abs(r).max()) for r in exact))
+    scale = logit_scale(exact)
     fp32 = streams_max_abs_delta(reference_logits(model, streams), exact) / scale
-    naive = streams_max_abs_delta(reference_logits(model, streams, form=Form(math=converter_softplus)), exact) / scale
+    naive = streams_max_abs_delta(reference_logits(model, streams, form=Form(math=ConverterSoftplus)), exact) / scale
     print(f"{preset}: the fp32 module {fp32:.3e} of scale from fp64; with the converter's softplus {naive:.3e}", flush=True)
 
 
