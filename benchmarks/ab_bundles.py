@@ -11,7 +11,8 @@ import suite
 from ssmport.bundle import Bundle
 bundles = [Bundle.open(p) for p in sys.argv[1:3]]
 tokens = suite.bench_tokens(bundles[0].manifest.vocab_size, 14)
-res = {b.path.name + ":" + b.manifest.export.get("experts", "gathered"): [] for b in bundles}
+# keyed by path: two builds of one model share the bundle's name
+res = {f"{b.path}:" + b.manifest.export.get("experts", "gathered"): [] for b in bundles}
 keys = list(res)
 for r in range(4):
     order = [0, 1] if r % 2 == 0 else [1, 0]

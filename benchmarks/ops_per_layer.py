@@ -9,6 +9,12 @@ kind's ops per layer; outside = what the embedding, the head and the once-per-ca
 writes cost (the preset's ops less its layers'). A config lists its layers (`layer_types`,
 Nemotron-H's `pattern`) or counts them (`num_layers`); a preset with neither is named and
 skipped.
+
+`--classes` adds a second table: each layer kind's decode ops split into matmuls, arithmetic
+(elementwise math and reductions: a step of the formula each) and layout (reshapes, slices,
+splits, concats, transposes, broadcasts, gathers and scatters: moving data, not computing it),
+and what a layer would keep with every layout op gone. Where that is more than half the layer,
+halving its ops (issue 32, part 3) needs fewer steps of arithmetic, not only a better shape.
 """
 
 from __future__ import annotations
@@ -23,6 +29,31 @@ from pathlib import Path
 
 COUNT_FIELDS = ("num_layers", "num_hidden_layers")  # an int layer count
 LIST_FIELDS = ("layer_types", "pattern")  # one entry per layer (Nemotron-H: a string)
+
+# The runtime's kernel types by what they do (ssmport.runtime.op_count.op_type names).
+MATMUL_TYPES = frozenset({"broadcasting_batch_matmul", "matmul", "batch_matmul"})
+LAYOUT_TYPES = frozenset({"reshape", "slice", "split", "concat", "transpose", "broadcast_in_dims", "broadcast_to",
+                          "gather_nd", "gather", "scatter_nd", "scatter", "squeeze", "expand_dims", "pad", "tile",
+                          "copy", "index_select"})  # fmt: skip
+CONTROL_TYPES = frozenset({"if", "while", "cond"})
+CLASSES = ("matmul", "arithmetic", "layout", "control")
+
+
+def op_class(kind: str) -> str:
+    """matmul, layout, control or arithmetic (everything else: elementwise math, reductions)."""
+    if kind in MATMUL_TYPES:
+        return "matmul"
+    if kind in LAYOUT_TYPES:
+        return "layout"
+    return "control" if kind in CONTROL_TYPES else "arithmetic"
+
+
+def by_class(types: dict[str, int]) -> dict[str, int]:
+    """Kernel counts per class from counts per op type (a per-layer difference may be negative)."""
+    out = dict.fromkeys(CLASSES, 0)
+    for kind, n in types.items():
+        out[op_class(kind)] += n
+    return out
 
 
 def plus_one(config) -> dict[str, object] | None:
@@ -47,7 +78,8 @@ def counts(model, folder: Path) -> dict:
 
     result = ssmport.export(model, folder, quant="fp32", gate=False, progress=False)
     c = count_ops(Bundle.open(result.path))
-    return {"main": c["main"].ops, "prefill": c["prefill"].ops if "prefill" in c else None}
+    return {"main": c["main"].ops, "prefill": c["prefill"].ops if "prefill" in c else None,
+            "main_types": c["main"].by_type}  # fmt: skip
 
 
 def measure(preset: str, folder: Path) -> list[dict] | None:
@@ -60,21 +92,38 @@ def measure(preset: str, folder: Path) -> list[dict] | None:
         return None
     arch = model.architecture
     base = counts(model, folder / "base")
+    base_types = base.pop("main_types")
     fields = {f.name for f in dataclasses.fields(model.config)}
     listed = next((getattr(model.config, n) for n in LIST_FIELDS if n in fields), None)
     mix = collections.Counter(listed) if listed is not None else {"layer": model.config.num_layers}
     rows = []
     for kind, cfg in more.items():
         plus = counts(dataclasses.replace(model, config=cfg, weights=arch.synthetic_weights(cfg, 0)), folder / kind)
+        plus_types = plus.pop("main_types")
+        types = {t: plus_types.get(t, 0) - base_types.get(t, 0) for t in plus_types.keys() | base_types.keys()}
         rows.append({"family": arch.name, "preset": preset, "kind": kind, "of_kind": mix[kind],
                      "layers": model.config.num_layers, "base": base,
-                     "per_layer": {f: None if base[f] is None else plus[f] - base[f] for f in base}})  # fmt: skip
+                     "per_layer": {f: None if base[f] is None else plus[f] - base[f] for f in base},
+                     "per_layer_types": {t: n for t, n in sorted(types.items(), key=lambda i: (-i[1], i[0])) if n},
+                     "per_layer_classes": by_class(types)})  # fmt: skip
     for f in base:  # what is not a layer's: the preset's ops less its layers'
         if base[f] is not None:
             outside = base[f] - sum(r["per_layer"][f] * r["of_kind"] for r in rows)
             for r in rows:
                 r.setdefault("outside", {})[f] = outside
     return rows
+
+
+def print_classes(rows: list[dict]) -> None:
+    """Each layer kind's decode ops by class, and whether halving them needs arithmetic to go."""
+    print("\n| family | layer kind | decode ops per layer | matmul | arithmetic | layout | control | "
+          "left with no layout op | half the layer | halving needs arithmetic to go |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        c, total = r["per_layer_classes"], r["per_layer"]["main"]
+        left = total - c["layout"]
+        print(f"| {r['family']} | {r['kind']} | {total} | {c['matmul']} | {c['arithmetic']} | {c['layout']} | "
+              f"{c['control']} | {left} | {total / 2:g} | {'yes' if left > total / 2 else 'no'} |")  # fmt: skip
 
 
 def main() -> None:
@@ -84,6 +133,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--presets", nargs="+", default=[a.tiny_preset for a in architectures() if a.tiny_preset])
     p.add_argument("--json", type=Path)
+    p.add_argument("--classes", action="store_true", help="also each layer kind's decode ops by class (matmul, arithmetic, layout)")
     a = p.parse_args()
     rows = []
     print("| family | tiny preset (layers) | layer kind (how many) | ops / decode call: per layer | whole call | outside layers | "
@@ -101,6 +151,8 @@ def main() -> None:
                      else "- | - | -" for f in ("main", "prefill")]  # fmt: skip
             print(f"| {r['family']} | {preset} ({r['layers']}) | {r['kind']} ({r['of_kind']}) | {cells[0]} | {cells[1]} |",
                   flush=True)  # fmt: skip
+    if a.classes:
+        print_classes(rows)
     if a.json:
         a.json.write_text(json.dumps(rows, indent=1))
 
