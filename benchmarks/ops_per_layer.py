@@ -30,12 +30,12 @@ from pathlib import Path
 COUNT_FIELDS = ("num_layers", "num_hidden_layers")  # an int layer count
 LIST_FIELDS = ("layer_types", "pattern")  # one entry per layer (Nemotron-H: a string)
 
-# The runtime's kernel types by what they do (ssmport.runtime.op_count.op_type names).
-MATMUL_TYPES = frozenset({"broadcasting_batch_matmul", "matmul", "batch_matmul"})
-LAYOUT_TYPES = frozenset({"reshape", "slice", "split", "concat", "transpose", "broadcast_in_dims", "broadcast_to",
-                          "gather_nd", "gather", "scatter_nd", "scatter", "squeeze", "expand_dims", "pad", "tile",
-                          "copy", "index_select"})  # fmt: skip
-CONTROL_TYPES = frozenset({"if", "while", "cond"})
+# The runtime's kernel types by what they do (ssmport.runtime.op_count.op_type names, as this
+# runtime's profiles of ssmport's graphs name them); any other type counts as arithmetic.
+MATMUL_TYPES = frozenset({"broadcasting_batch_matmul"})
+LAYOUT_TYPES = frozenset({"reshape", "slice", "split", "concat", "transpose", "reverse", "broadcast_in_dims",
+                          "broadcast_to", "expand_dims", "gather_nd", "gather_along_axis", "scatter_nd"})  # fmt: skip
+CONTROL_TYPES = frozenset({"if"})
 CLASSES = ("matmul", "arithmetic", "layout", "control")
 
 
@@ -71,15 +71,16 @@ def plus_one(config) -> dict[str, object] | None:
     return None
 
 
-def counts(model, folder: Path) -> dict:
+def counts(model, folder: Path) -> tuple[dict, dict[str, int]]:
+    """({main, prefill}: the kernels of one decode call and of one prefill chunk, the decode
+    call's kernels per op type)."""
     import ssmport
     from ssmport.bundle import Bundle
     from ssmport.runtime.op_count import count_ops
 
     result = ssmport.export(model, folder, quant="fp32", gate=False, progress=False)
     c = count_ops(Bundle.open(result.path))
-    return {"main": c["main"].ops, "prefill": c["prefill"].ops if "prefill" in c else None,
-            "main_types": c["main"].by_type}  # fmt: skip
+    return {"main": c["main"].ops, "prefill": c["prefill"].ops if "prefill" in c else None}, c["main"].by_type
 
 
 def measure(preset: str, folder: Path) -> list[dict] | None:
@@ -91,15 +92,13 @@ def measure(preset: str, folder: Path) -> list[dict] | None:
     if more is None:
         return None
     arch = model.architecture
-    base = counts(model, folder / "base")
-    base_types = base.pop("main_types")
+    base, base_types = counts(model, folder / "base")
     fields = {f.name for f in dataclasses.fields(model.config)}
     listed = next((getattr(model.config, n) for n in LIST_FIELDS if n in fields), None)
     mix = collections.Counter(listed) if listed is not None else {"layer": model.config.num_layers}
     rows = []
     for kind, cfg in more.items():
-        plus = counts(dataclasses.replace(model, config=cfg, weights=arch.synthetic_weights(cfg, 0)), folder / kind)
-        plus_types = plus.pop("main_types")
+        plus, plus_types = counts(dataclasses.replace(model, config=cfg, weights=arch.synthetic_weights(cfg, 0)), folder / kind)
         types = {t: plus_types.get(t, 0) - base_types.get(t, 0) for t in plus_types.keys() | base_types.keys()}
         rows.append({"family": arch.name, "preset": preset, "kind": kind, "of_kind": mix[kind],
                      "layers": model.config.num_layers, "base": base,
