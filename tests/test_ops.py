@@ -203,6 +203,22 @@ def test_ssd_decode_equals_the_naive_head_loop():
         close(y[h], y_ref)
 
 
+@pytest.mark.parametrize("G_", [1, 2, 4])
+def test_ssd_updates_applied_as_one_stack_equal_the_naive_head_loop(G_):
+    """B shared by groups of heads (G of H = 4), every layer's update applied to the whole
+    [L, 1, H, P, N] stack at once (B's stack repeated per head, ops.deferred.PerGroup)."""
+    L, H, P, N = 3, 4, 3, 4  # N == H: the head axis is found by position, not by size
+    state = randn(L, 1, H, P, N)
+    inputs = [(torch.rand(H, generator=G), -torch.rand(H, generator=G) * 3, randn(H, P), randn(2, G_, N)) for _ in range(L)]
+    updates = [ssd.decode(state[i, 0], torch.exp(dt * A), dt.view(H, 1) * x, BC)[1] for i, (dt, A, x, BC) in enumerate(inputs)]
+    want = state.clone()
+    for i, (dt, A, x, BC) in enumerate(inputs):
+        for h in range(H):
+            want[i, 0, h] = ssd.naive_step(state[i, 0, h], x[h], dt[h], A[h], BC[0, h // (H // G_)], BC[1, h // (H // G_)])[0]
+    deferred.apply(state, updates)
+    close(state, want)
+
+
 @pytest.mark.parametrize("valid", [1, 5, 9])
 def test_ssd_chunk_equals_the_step_loop(valid):
     H, P, N, G_, T = 4, 3, 5, 2, 9

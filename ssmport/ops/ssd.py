@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from ssmport.ops.deferred import Outer, StateUpdate
+from ssmport.ops.deferred import Outer, PerGroup, StateUpdate
 from ssmport.ops.segsum import chunk_decays
 
 
@@ -24,7 +24,7 @@ def decode(S, decay, dtx, BC):
         S'·C = decay * (S·C) + dtx * (B·C)
 
     S [H,P,N] fp32; decay = exp(dt*A) [H]; dtx = dt*x [H,P]; BC [2,G,N] (B, C per group).
-    Returns (y [H,P], the StateUpdate over the [G, H/G, P, N] view)."""
+    Returns (y [H,P], the StateUpdate over the state's own [H, P, N], B repeated per head)."""
     H, P, N = S.shape
     G = BC.shape[1]
     B, C = BC[0], BC[1]
@@ -34,7 +34,7 @@ def decode(S, decay, dtx, BC):
     SC = (S.view(G, H // G, P, N) * C.view(G, 1, 1, N)).sum(-1)
     BdotC = (B * C).sum(-1).view(G, 1, 1)
     y = decay.view(G, H // G, 1) * SC + dtx.view(G, H // G, P) * BdotC
-    update = StateUpdate(decay, (Outer(dtx, B),), (G, H // G, P, N), ((G, H // G, 1, 1), (G, H // G, P, 1), (G, 1, 1, N)))
+    update = StateUpdate(decay, (Outer(dtx, PerGroup(B, H // G)),), (H, P, N), ((H, 1, 1), (H, P, 1), (H, 1, N)))
     return y.view(H, P), update
 
 

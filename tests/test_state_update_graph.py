@@ -1,0 +1,38 @@
+"""The deferred update (ssmport.ops.deferred) runs on the recurrent state in its own stacked
+shape: no reshape of the whole state before or after it, where each is a copy of the whole
+state on the Linux runtime. The one reshape of the state's size left is the read's row view
+(ssmport.ops.rows.read_layer). Read from the printed IR of the decode graph."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+from ir_checks import graph_texts
+
+from ssmport.exporter.convert import convert
+from ssmport.loader.resolve import load_model
+from ssmport.quant import get_recipe
+from ssmport.quant.plan import WeightBuilder
+
+# every form of the update: RWKV-7 (two terms), RWKV-6, Gated DeltaNet (Qwen3.5), Mamba-1 (an
+# `Exp` decay), Mamba-2 with one group and with B shared by groups of heads (nemotron-h-tiny)
+PRESETS = ["rwkv7-tiny", "rwkv6-tiny", "qwen3.5-tiny", "mamba1-tiny", "mamba2-tiny", "nemotron-h-tiny"]
+HANDLE = re.compile(r"coreai\.read_handle [^\n]*-> \((tensor<[\dx]+xf32>),")
+RESHAPE = re.compile(r"= coreai\.reshape [^\n]*: \((tensor<[\dx?]+xf32>), [^\n]*-> (tensor<[\dx?]+xf32>)")
+
+
+def elements(tensor_type: str) -> int:
+    return math.prod(int(d) for d in tensor_type[len("tensor<") : -len("xf32>")].split("x"))
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_recurrent_state_is_reshaped_once_per_call(preset):
+    model = load_model(preset)
+    builder = WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float)
+    text = graph_texts(convert(model, builder, torch.float32, prefill_chunk=None).program)["main"]
+    state = max(HANDLE.findall(text), key=elements)  # the recurrent state: the largest fixed-size one
+    of_state_size = [(a, b) for a, b in RESHAPE.findall(text) if "?" not in a + b and elements(a) == elements(state)]
+    assert of_state_size == [(state, of_state_size[0][1])], f"{preset}: {of_state_size}"
