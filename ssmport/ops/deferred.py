@@ -58,9 +58,9 @@ class StateUpdate(NamedTuple):
 
     The tensors keep the shapes the layer computed them in; `shapes` says how each broadcasts
     against `view`, the layer's state slice as the update sees it (RWKV-7 [H, N, Nv], Mamba-2
-    [G, H/G, P, N]): the decay's first, then each term's col and row. The stack of all layers
-    is reshaped once, so no per-layer reshape enters the graph. Every layer of a state uses the
-    same shapes.
+    [H, P, N]): the decay's first, then each term's col and row (a `PerGroup` one's shape is
+    per head, after its repeat). Each field's stack of all layers is reshaped once, so no
+    per-layer reshape enters the graph. Every layer of a state uses the same shapes.
     """
 
     decay: torch.Tensor | Exp
