@@ -116,9 +116,9 @@ def test_decode_module_and_states_match_transformers_cache(folders, name):
     ours = torch.from_numpy(runner.step_each(TOKENS))
     theirs, cache = transformers_step_logits(folders[name], TOKENS)
     close(ours, theirs)
-    # transformers' own cache layout: conv [I, K] (the last K inputs), ssm [I, N]
+    # transformers' cache: conv [I, K] (the last K inputs; ssmport's is time-major, its transpose), ssm [I, N]
     for i in range(GEOMETRIES[name].layers):
-        torch.testing.assert_close(runner.module.convState[i, 0], cache.get_conv_state(i, state_idx=0)[0])
+        torch.testing.assert_close(runner.module.convState[i, 0].t(), cache.get_conv_state(i, state_idx=0)[0])
         torch.testing.assert_close(runner.module.ssmState[i, 0], cache.get_recurrent_state(i, state_idx=0)[0])
 
 
@@ -137,7 +137,7 @@ def test_fp32_bundle_matches_transformers(bundles, folders, name):
 def test_prefill_module_matches_reference_loop(folders, n):
     module, state = prefill_vs_reference(load_checkpoint(folders["falcon"]), n)
     for i in range(FALCON.layers):
-        assert torch.allclose(module.convState[i, 0], state["conv"][i], atol=1e-5)
+        assert torch.allclose(module.convState[i, 0].t(), state["conv"][i], atol=1e-5)
         assert torch.allclose(module.ssmState[i, 0], state["ssm"][i], atol=1e-5)
 
 

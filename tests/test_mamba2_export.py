@@ -79,7 +79,7 @@ def test_fp16_bundle_matches_transformers_within_its_gate(folder, tmp_path, expo
 def test_contract_names_order_shapes(fp32_bundle):
     g, m = GEOMETRY, fp32_bundle.manifest
     assert [(t.name, list(t.shape), t.dtype) for t in m.states] == [
-        ("convState", [g.layers, 1, g.conv_dim, g.conv], "float32"),
+        ("convState", [g.layers, 1, g.conv, g.conv_dim], "float32"),
         ("ssmState", [g.layers, 1, g.heads, g.head_dim, g.state], "float32"),
     ]
     assert [t.name for t in m.main.inputs] == ["input_ids", "position_ids"]

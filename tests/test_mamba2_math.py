@@ -58,9 +58,9 @@ def test_decode_module_matches_reference_and_transformers_cache(groups2):
     assert (ours - reference_logits(groups2, TOKENS)).abs().max() < 1e-5
     theirs, cache = transformers_step_logits(groups2, TOKENS)
     assert (ours - theirs).abs().max() < 2e-5 * max(1.0, theirs.abs().max())
-    # The states are transformers' own cache layout: conv [C, K] (last K inputs), ssm [H, P, N].
+    # transformers' cache: conv [C, K] (last K inputs; ssmport's is time-major, its transpose), ssm [H, P, N].
     for i in range(GROUPS2.layers):
-        torch.testing.assert_close(runner.module.convState[i, 0], cache.get_conv_state(i, state_idx=0)[0])
+        torch.testing.assert_close(runner.module.convState[i, 0].t(), cache.get_conv_state(i, state_idx=0)[0])
         torch.testing.assert_close(runner.module.ssmState[i, 0], cache.get_recurrent_state(i, state_idx=0)[0])
 
 

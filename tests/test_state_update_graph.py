@@ -1,7 +1,9 @@
-"""The deferred update (ssmport.ops.deferred) runs on the recurrent state in its own stacked
-shape: no reshape of the whole state before or after it, where each is a copy of the whole
-state on the Linux runtime. The one reshape of the state's size left is the read's row view
-(ssmport.ops.rows.read_layer). Read from the printed IR of the decode graph."""
+"""Decode graphs work on each state in its stored shape. The deferred update
+(ssmport.ops.deferred) runs on the recurrent state as it is stacked: no reshape of the whole
+state before or after it, each a copy of the whole state on the Linux runtime (the one reshape
+of the state's size left is the read's row view, ssmport.ops.rows.read_layer). Mamba-1's and
+Mamba-2's conv states are time-major, as their conv reads them: no transpose in and out of each
+layer. Read from the printed IR of the decode graph."""
 
 from __future__ import annotations
 
@@ -28,11 +30,20 @@ def elements(tensor_type: str) -> int:
     return math.prod(int(d) for d in tensor_type[len("tensor<") : -len("xf32>")].split("x"))
 
 
-@pytest.mark.parametrize("preset", PRESETS)
-def test_the_recurrent_state_is_reshaped_once_per_call(preset):
+def decode_graph(preset: str) -> str:
     model = load_model(preset)
     builder = WeightBuilder(get_recipe("fp32"), model.architecture.keeps_float)
-    text = graph_texts(convert(model, builder, torch.float32, prefill_chunk=None).program)["main"]
+    return graph_texts(convert(model, builder, torch.float32, prefill_chunk=None).program)["main"]
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_the_recurrent_state_is_reshaped_once_per_call(preset):
+    text = decode_graph(preset)
     state = max(HANDLE.findall(text), key=elements)  # the recurrent state: the largest fixed-size one
     of_state_size = [(a, b) for a, b in RESHAPE.findall(text) if "?" not in a + b and elements(a) == elements(state)]
     assert of_state_size == [(state, of_state_size[0][1])], f"{preset}: {of_state_size}"
+
+
+@pytest.mark.parametrize("preset", ["mamba1-tiny", "mamba2-tiny"])
+def test_the_conv_state_is_read_and_written_without_a_transpose(preset):
+    assert "coreai.transpose" not in decode_graph(preset)

@@ -30,8 +30,8 @@ class _Mamba1(PackagedArchitecture):
     def state_specs(self, config: Mamba1Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config
         return [
-            StateSpec(block.CONV_STATE, (c.num_layers, 1, c.intermediate_size, c.conv_kernel), state_dtype,
-                      "[layer, batch, channel, time: last K conv inputs, oldest first]"),
+            StateSpec(block.CONV_STATE, (c.num_layers, 1, c.conv_kernel, c.intermediate_size), state_dtype,
+                      "[layer, batch, time: last K conv inputs, oldest first, channel]"),
             StateSpec(block.SSM_STATE, (c.num_layers, 1, c.intermediate_size, c.state_size), state_dtype,
                       "[layer, batch, channel, state]"),
         ]  # fmt: skip

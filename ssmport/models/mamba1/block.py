@@ -22,8 +22,9 @@ CONV_STATE, SSM_STATE = "convState", "ssmState"
 
 
 class Mamba1Block(nn.Module):
-    """One residual layer. States: convState [I, K] (the last K conv inputs, oldest first:
-    transformers' and mamba_ssm's conv-cache layout) and ssmState [I, N]."""
+    """One residual layer. States: convState [K, I] (the last K conv inputs, oldest first:
+    time-major, which the conv reads as it is; transformers' and mamba_ssm's cache is its
+    transpose) and ssmState [I, N]."""
 
     states = (CONV_STATE, SSM_STATE)
 
@@ -48,7 +49,7 @@ class Mamba1Block(nn.Module):
         if self.in_bias is not None:
             xz = xz + self.in_bias
         xs, z = xz.split([I, I], dim=-1)
-        conv = slices[CONV_STATE].float().t()  # [K, I]: the K inputs, not K-1
+        conv = slices[CONV_STATE].float()  # [K, I]: the K inputs, not K-1
         xs, new_conv = causal_conv(conv, xs, self.conv_w.view(I, K).t(), step.valid_len)
         if self.conv_b is not None:
             xs = xs + self.conv_b
@@ -71,7 +72,7 @@ class Mamba1Block(nn.Module):
         x = x + out
         if self.residual_dtype != torch.float32:
             x = x.to(self.residual_dtype).float()
-        return x, {CONV_STATE: new_conv.t(), SSM_STATE: S}
+        return x, {CONV_STATE: new_conv, SSM_STATE: S}
 
 
 build = build_layers(Mamba1Block)

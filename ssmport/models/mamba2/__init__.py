@@ -28,8 +28,8 @@ class _Mamba2(PackagedArchitecture):
     def state_specs(self, config: Mamba2Config, state_dtype: torch.dtype) -> list[StateSpec]:
         c = config
         return [
-            StateSpec(block.CONV_STATE, (c.num_layers, 1, c.conv_dim, c.conv_kernel), state_dtype,
-                      "[layer, batch, channel (x|B|C), time: last K conv inputs, oldest first]"),
+            StateSpec(block.CONV_STATE, (c.num_layers, 1, c.conv_kernel, c.conv_dim), state_dtype,
+                      "[layer, batch, time: last K conv inputs, oldest first, channel (x|B|C)]"),
             StateSpec(block.SSM_STATE, (c.num_layers, 1, c.num_heads, c.head_dim, c.state_size), state_dtype,
                       "[layer, batch, head, head_dim, state]"),
         ]  # fmt: skip
@@ -37,9 +37,9 @@ class _Mamba2(PackagedArchitecture):
     def apple_state_splits(self, config: Mamba2Config):
         # convState's x and B|C channels as two states (the conv is depthwise: the split is exact)
         c = config
-        return [StateSplit(block.CONV_STATE, 0, (
-            StatePart("xConvState", c.intermediate_size, "[layer, batch, channel (x), time: last K inputs]"),
-            StatePart("bcConvState", 2 * c.n_groups * c.state_size, "[layer, batch, channel (B|C), time: last K inputs]"),
+        return [StateSplit(block.CONV_STATE, 1, (
+            StatePart("xConvState", c.intermediate_size, "[layer, batch, time: last K inputs, channel (x)]"),
+            StatePart("bcConvState", 2 * c.n_groups * c.state_size, "[layer, batch, time: last K inputs, channel (B|C)]"),
         ))]  # fmt: skip
 
 

@@ -20,8 +20,9 @@ CONV_STATE, SSM_STATE = "convState", "ssmState"
 
 
 class Mamba2Block(nn.Module):
-    """One residual layer. States: convState [conv_dim, K] (the last K conv inputs x|B|C, oldest
-    first: transformers' and mamba_ssm's conv-cache layout) and ssmState [H, P, N]."""
+    """One residual layer. States: convState [K, conv_dim] (the last K conv inputs x|B|C, oldest
+    first: time-major, the hybrids' and Apple's layout, which the conv reads as it is; transformers'
+    and mamba_ssm's cache is its transpose) and ssmState [H, P, N]."""
 
     states = (CONV_STATE, SSM_STATE)
 
@@ -33,12 +34,12 @@ class Mamba2Block(nn.Module):
 
     def forward(self, x: torch.Tensor, slices: dict, step: Step):
         """x [T, D] fp32; rows >= valid_len (prefill) are padding: computed, never stored."""
-        conv = slices[CONV_STATE].float().t()  # [K, conv_dim]: the K inputs, not K-1
+        conv = slices[CONV_STATE].float()  # [K, conv_dim]: the K inputs, not K-1
         out, new_conv, S = self.mixer(rms_norm(x, self.norm_w, self.cfg.norm_eps), conv, slices[SSM_STATE].float(), step)
         x = x + out
         if self.residual_dtype != torch.float32:
             x = x.to(self.residual_dtype).float()
-        return x, {CONV_STATE: new_conv.t(), SSM_STATE: S}
+        return x, {CONV_STATE: new_conv, SSM_STATE: S}
 
 
 def build_layers(block_class: type[nn.Module]):
