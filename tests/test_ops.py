@@ -151,6 +151,25 @@ def test_deferred_update_equals_per_layer_updates():
     close(state, want)
 
 
+def test_deferred_update_of_a_state_stored_in_another_shape():
+    """A state whose layer slice is not [1, .., *view] ([L, 40] for a [2, 4, 5] view): the
+    update views it as [L, *view] and writes it back in its own shape."""
+    L, view = 3, (2, 4, 5)
+    shapes = ((2, 4, 1), (2, 4, 1), (2, 1, 5))
+    updates = [deferred.StateUpdate(torch.rand(2, 4, generator=G), (deferred.Outer(randn(2, 4), randn(2, 5)),), view, shapes)
+               for _ in range(L)]  # fmt: skip
+    state = randn(L, 40)
+    want = torch.stack([deferred.apply_naive(state[i], u).reshape(40) for i, u in enumerate(updates)])
+    deferred.apply(state, updates)
+    close(state, want)
+
+
+@pytest.mark.parametrize("axis, times", [(0, 3), (1, 2), (2, 1)])
+def test_repeat_groups_equals_repeat_interleave(axis, times):
+    x = randn(2, 3, 4)
+    torch.testing.assert_close(rows.repeat_groups(x, axis, times), rows.repeat_groups_naive(x, axis, times), rtol=0, atol=0)
+
+
 def test_deferred_exp_decay_equals_each_layer_by_hand():
     """A decay given as exp(rate * scale) (Mamba-1's dt and A): the stacked update, and the
     naive twin, against S * exp(rate * scale) + col row^T written out per layer."""

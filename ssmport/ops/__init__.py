@@ -6,7 +6,7 @@ x*x instead of pow, a whole-state deferred update instead of per-layer scatters)
 adding ops a GPU would pay a dispatch for; its naive twin says the same thing in the most
 readable torch, and tests/test_ops.py ties each pair together.
 
-    rows        read_layer, stack_rows, write_once, select_rows, token_shift, last_valid
+    rows        read_layer, stack_rows, write_once, select_rows, repeat_groups, token_shift, last_valid
     norms       rms_norm, grouped_rms_norm, layer_norm, head_norm, l2_normalize
     conv        causal_conv: the depthwise short conv over a carried window of past inputs
     scan        an in-graph while_loop over a step function (valid_len steps)

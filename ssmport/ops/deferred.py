@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import torch
 
-from ssmport.ops.rows import stack_rows
+from ssmport.ops.rows import repeat_groups, stack_rows
 
 
 class Outer(NamedTuple):
@@ -68,18 +68,18 @@ class StateUpdate(NamedTuple):
     view: tuple[int, ...]
     shapes: tuple[tuple[int, ...], ...]
 
+    def fields(self) -> list:
+        """decay (its rate), col_1, row_1, ... as given: a `PerGroup` one still wrapped."""
+        decay = self.decay.rate if isinstance(self.decay, Exp) else self.decay
+        return [decay, *(t for term in self.terms for t in (term.col, term.row))]
+
     def pieces(self) -> list[torch.Tensor]:
         """decay (an `Exp` decay's rate), col_1, row_1, col_2, row_2, ... (in the order of `shapes`)."""
-        decay = self.decay.rate if isinstance(self.decay, Exp) else self.decay
-        return [decay, *(_tensor(t) for term in self.terms for t in (term.col, term.row))]
+        return [t.tensor if isinstance(t, PerGroup) else t for t in self.fields()]
 
     def groups(self) -> list[int]:
         """Each piece's heads per group (1: one row per head), in the order of `pieces`."""
-        return [1, *(t.heads_per_group if isinstance(t, PerGroup) else 1 for term in self.terms for t in (term.col, term.row))]
-
-
-def _tensor(t: torch.Tensor | PerGroup) -> torch.Tensor:
-    return t.tensor if isinstance(t, PerGroup) else t
+        return [t.heads_per_group if isinstance(t, PerGroup) else 1 for t in self.fields()]
 
 
 def _per_head(stacked: torch.Tensor, heads_per_group: int, shape: tuple[int, ...]) -> torch.Tensor:
@@ -92,8 +92,7 @@ def _per_head(stacked: torch.Tensor, heads_per_group: int, shape: tuple[int, ...
     groups = shape[axis] // heads_per_group
     if groups == 1:  # one vector for every head: broadcasting repeats it, with no op
         return stacked.view(L, *shape[:axis], 1, *shape[axis + 1 :])
-    grouped = stacked.view(L, groups, 1, -1).expand(L, groups, heads_per_group, stacked.shape[1] // groups)
-    return grouped.reshape(L, *shape)
+    return repeat_groups(stacked.view(L, groups, -1), 1, heads_per_group).view(L, *shape)
 
 
 def _combine(S: torch.Tensor, fields: list[torch.Tensor], terms: tuple[Outer, ...]) -> torch.Tensor:

@@ -90,6 +90,19 @@ def blend_at_naive(cache: torch.Tensor, rows: list[torch.Tensor], hit: torch.Ten
                 cache[layer, 0, :, s] = r[:, 0 if offset is None else int(offset[s])].to(cache.dtype)
 
 
+def repeat_groups(x: torch.Tensor, axis: int, times: int) -> torch.Tensor:
+    """x with each index along `axis` repeated `times` times in a row ([.., G, ..] -> [.., G*times,
+    ..]): a group's vector for each head of the group (Mamba-2's B and C, grouped q/k). A
+    broadcast and one reshape, where `repeat_interleave` may gather."""
+    shape = x.shape
+    wide = x.unsqueeze(axis + 1).expand(*shape[: axis + 1], times, *shape[axis + 1 :])
+    return wide.reshape(*shape[:axis], shape[axis] * times, *shape[axis + 1 :])
+
+
+def repeat_groups_naive(x: torch.Tensor, axis: int, times: int) -> torch.Tensor:
+    return x.repeat_interleave(times, dim=axis)
+
+
 def select_rows(sources: list[torch.Tensor], rows: torch.Tensor) -> torch.Tensor:
     """Rows `rows` [R] of the row-wise concatenation of `sources` (each [n_i, D]), as [R, D],
     without forming the concatenation: a 0/1 selection matmul per source, which is exact

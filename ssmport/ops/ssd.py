@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from ssmport.ops.deferred import Outer, PerGroup, StateUpdate
+from ssmport.ops.rows import repeat_groups
 from ssmport.ops.segsum import chunk_decays
 
 
@@ -55,9 +56,8 @@ def chunk(S0, log_decay, dtx, BC, valid_len):
     seg = chunk_decays(log_decay, valid_len)
     dtx = dtx * seg.real.view(T, 1, 1)
     cum, D = seg.cum, seg.decay
-    per_head = lambda v: v.view(G, 1, *v.shape[1:]).expand(G, H // G, *v.shape[1:]).reshape(H, *v.shape[1:])  # noqa: E731
-    B = per_head(BC[:, 0].permute(1, 0, 2))  # [H, T, N]
-    C = per_head(BC[:, 1].permute(1, 0, 2))  # [H, T, N]
+    B = repeat_groups(BC[:, 0].permute(1, 0, 2), 0, H // G)  # [H, T, N]
+    C = repeat_groups(BC[:, 1].permute(1, 0, 2), 0, H // G)  # [H, T, N]
     xh = dtx.permute(1, 0, 2)  # [H, T, P]
     y = ((C @ B.transpose(1, 2)) * D) @ xh + torch.exp(cum).view(H, T, 1) * (C @ S0.transpose(1, 2))
     to_end = D[:, T - 1 : T, :].transpose(1, 2)  # [H, T, 1]: exp(cum[T-1] - cum[s])

@@ -14,6 +14,7 @@ from ssmport.graph import Step
 from ssmport.ops import delta_rule
 from ssmport.ops.conv import causal_conv
 from ssmport.ops.norms import l2_normalize, l2_normalize_naive, rms_norm, rms_norm_naive
+from ssmport.ops.rows import repeat_groups
 from ssmport.quant.plan import WeightBuilder
 from ssmport.quant.roles import Role
 
@@ -115,8 +116,7 @@ class DeltaRuleMixer(nn.Module):
         q = l2_normalize(q.reshape(T, H, dk), delta_rule.QK_L2NORM_EPS) * dk**-0.5
         k = l2_normalize(k.reshape(T, H, dk), delta_rule.QK_L2NORM_EPS)
         if s.group > 1:  # value head hv reads q/k head hv // group
-            q = q.view(T, H, 1, dk).expand(T, H, s.group, dk).reshape(T, HV, dk)
-            k = k.view(T, H, 1, dk).expand(T, H, s.group, dk).reshape(T, HV, dk)
+            q, k = repeat_groups(q, 1, s.group), repeat_groups(k, 1, s.group)  # [T, HV, dk]
         beta = torch.sigmoid(parts[2]).view(T, HV, 1, 1)
         if s.allow_neg_eigval:
             beta = beta * 2.0
