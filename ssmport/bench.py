@@ -103,6 +103,7 @@ def bench_bundle(
     runner = Runner(bundle)
     result["load_s_cached"] = time.perf_counter() - start
     try:
+        result["paged_in_bytes"] = runner.page_in()  # the peers' weights are in memory too
         times = step_times_ms(runner.step, runner.reset, tokens, warmup)
         # the KV positions the last decode call read (a growing cache's allocation, else the context)
         kv_positions = runner.kv_positions or m.context

@@ -36,3 +36,14 @@ def test_state_bytes_from_the_config(pth_fp32_bundle):
 def test_read_bandwidth_is_plausible():
     gbps = measure_read_bandwidth(64 << 20, repeats=2)
     assert 0.5 < gbps < 1000 and math.isfinite(gbps)
+
+
+def test_page_in_reads_every_file_of_the_loaded_model(pth_fp32_bundle):
+    from ssmport.runtime import Runner, lowered_path
+
+    bundle = Bundle.open(pth_fp32_bundle.path)
+    with Runner(bundle) as runner:
+        before = runner.step(1)
+        assert runner.page_in() == dir_bytes(lowered_path(bundle)) > bundle.manifest.asset.bytes // 2
+        runner.reset()
+        assert (runner.step(1) == before).all()  # reading the files changes nothing the model sees
