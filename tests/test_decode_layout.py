@@ -14,7 +14,9 @@ from ssmport.runtime import Runner
 
 
 @pytest.mark.parametrize(
-    "n_out, blocks", [(320, 1), (2048, 1), (3072, 3), (4096, 4), (65536, 64), (5000, 5), (3352, 4), (50288, 56), (4099, 1)]
+    "n_out, blocks",
+    [(320, 1), (2048, 1), (3072, 3), (4096, 4), (65536, 64), (5000, 5), (3352, 4), (50288, 56), (4099, 1),
+     (17504, 16), (10576, 8), (32784, 24), (9228, 12), (6680, 8), (3075, 5), (4097, 1)],  # fmt: skip
 )
 def test_out_blocks(n_out, blocks):
     assert out_blocks(n_out) == blocks

@@ -77,19 +77,31 @@ def _run_sums(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
 # Widths that 1024 does not divide (a padded vocab of 50288, Mamba-2's in_proj of 3352) use
 # the widest divisor down to MIN_OUT_BLOCK: 768x50288 streamed at 12.3 GB/s plain and 24.9 in
 # 56 blocks of 898, 1024x4352 at 14.4 and 28.3 (benchmarks/matmul_shapes.py).
+# A narrow odd width gives way to an even one up to MAX_OUT_BLOCK: odd widths below 3/4 of
+# OUT_BLOCK streamed slower (benchmarks/matmul_shapes.py --blockings, best of 30 calls, two
+# passes): Nemotron-H-4B's in_proj 3136x17504 as 32 blocks of 547 at 26.1-28.2 GB/s, as 16 of
+# 1094 at 30.3-31.1; Mamba-2-2.7B's 2560x10576 as 16 of 661 at 28.6-28.9, 8 of 1322 at
+# 30.9-31.1; 1024x32784 as 48 of 683 at 27.9-30.1, 24 of 1366 at 29.3-30.3. Wider odd widths
+# did not: 2048x9228 as 12 of 769 at 31.8-32.0 against 30.8-31.2 as 6 of 1538; 3072x6680 as
+# 8 of 835 at 29.4-29.7 against 28.1-29.1 as 10 of 668.
 OUT_BLOCK = 1024
 MIN_OUT_BLOCK = 256
+MAX_OUT_BLOCK = 2 * OUT_BLOCK
+NARROW_ODD_BLOCK = 3 * OUT_BLOCK // 4
 MAX_UNBLOCKED_OUT = 2048
 
 
 def out_blocks(n_out: int) -> int:
-    """How many column blocks a weight with `n_out` outputs is stored as (1 = plain [in, out])."""
+    """How many column blocks a weight with `n_out` outputs is stored as (1 = plain [in, out]):
+    the widest divisor from MIN_OUT_BLOCK up to OUT_BLOCK, unless it is odd and narrower than
+    NARROW_ODD_BLOCK and an even divisor up to MAX_OUT_BLOCK exists (the narrowest is taken)."""
     if n_out <= MAX_UNBLOCKED_OUT:
         return 1
-    for width in range(OUT_BLOCK, MIN_OUT_BLOCK - 1, -1):
-        if n_out % width == 0:
-            return n_out // width
-    return 1
+    widths = [w for w in range(MIN_OUT_BLOCK, MAX_OUT_BLOCK + 1) if n_out % w == 0]
+    width = max((w for w in widths if w <= OUT_BLOCK), default=None)
+    if width is not None and width % 2 and width < NARROW_ODD_BLOCK:
+        width = min((w for w in widths if w % 2 == 0), default=width)
+    return n_out // width if width else 1
 
 
 class FloatMatmul(nn.Module):
