@@ -43,22 +43,12 @@ class Transposed(torch.nn.Module):  # W stored [out, in], applied as W x
         return (self.w @ x.view(-1, 1)).view(1, -1)
 
 
-class Blocks(torch.nn.Module):  # W as `blocks` column blocks [blocks, in, out/blocks]
-    def __init__(self, w: torch.Tensor, blocks: int):
-        super().__init__()
-        n_in, n_out = w.shape
-        self.w = torch.nn.Parameter(w.reshape(n_in, blocks, n_out // blocks).permute(1, 0, 2).contiguous(), requires_grad=False)
-
-    def forward(self, x):
-        return (x.view(1, 1, -1) @ self.w).reshape(1, -1)
-
-
 def blockings(spec: str, calls: int) -> None:
     shape, counts = spec.split(":")
     n_in, n_out = (int(v) for v in shape.split("x"))
     w = torch.randn(n_in, n_out, generator=torch.Generator().manual_seed(0)) * 0.02
     for blocks in [int(b) for b in counts.split(",")] * 2:
-        ms = best_ms(Blocks(w, blocks), n_in, calls)
+        ms = best_ms(FloatMatmul(w, blocks=blocks), n_in, calls)
         chosen = "  (out_blocks)" if blocks == out_blocks(n_out) else ""
         print(f"{shape:12} {blocks:4d} x {n_out // blocks:5d}: {ms:7.2f} ms {w.numel() * 4 / 1e9 / ms * 1e3:5.1f} GB/s{chosen}", flush=True)
 

@@ -111,10 +111,10 @@ class FloatMatmul(nn.Module):
     one broadcast batch matmul; the result is laid back out as [..., out].
     """
 
-    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32):
+    def __init__(self, weight_in_out: torch.Tensor, out_dtype: torch.dtype = torch.float32, blocks: int | None = None):
         super().__init__()
         n_in, n_out = weight_in_out.shape
-        self.blocks = out_blocks(n_out)
+        self.blocks = out_blocks(n_out) if blocks is None else blocks  # given: benchmarks/matmul_shapes.py
         w = weight_in_out
         if self.blocks > 1:
             w = w.reshape(n_in, self.blocks, n_out // self.blocks).permute(1, 0, 2)
