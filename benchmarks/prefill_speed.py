@@ -117,12 +117,12 @@ def measure(bundle: Path, prompts: list[int], repeats: int, seed: int, together:
     rng = np.random.default_rng(seed)
     prompt_tokens = [rng.integers(1, Bundle.open(bundle).manifest.vocab_size, size=n).tolist() for n in prompts]
     if together:
-        with Runner(bundle) as fast, Runner(bundle, prefill=False) as slow:
+        with Runner(bundle, prefill=True) as fast, Runner(bundle, prefill=False) as slow:
             _warm(fast)
             _warm(slow)
             runs = [[(timed_feed(fast, t), timed_feed(slow, t)) for _ in range(repeats)] for t in prompt_tokens]
     else:
-        with Runner(bundle) as fast:
+        with Runner(bundle, prefill=True) as fast:
             _warm(fast)
             fast_runs = [[timed_feed(fast, t) for _ in range(repeats)] for t in prompt_tokens]
         with Runner(bundle, prefill=False) as slow:
@@ -149,7 +149,7 @@ def measure(bundle: Path, prompts: list[int], repeats: int, seed: int, together:
         })  # fmt: skip
         print(f"  prompt {length:4}: prefill {length / best_fast:8.1f} tok/s, M=1 loop "
               f"{length / best_slow:7.1f} tok/s, {best_slow / best_fast:.2f}x, max|Δ| {delta:.2e}", flush=True)  # fmt: skip
-    with Runner(bundle) as fast:
+    with Runner(bundle, prefill=True) as fast:
         share = recurrence_share(fast, repeats + 1)
     print(f"  one chunk: {share['call_seconds_valid_len_1']:.3f} s at valid_len=1, "
           f"{share['call_seconds_valid_len_T']:.3f} s at valid_len=T (loop share {share['loop_share']:.0%})", flush=True)  # fmt: skip

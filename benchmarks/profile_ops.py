@@ -57,7 +57,7 @@ def profile(bundle: Bundle, calls: int, warmup: int = 2, function: str = "main")
     prefill: one full chunk from zero states), after `warmup` calls; and the ms per profiled call."""
     profiler, intervals = recorder()
     rng = np.random.default_rng(0)
-    with Runner(bundle, profiler=profiler) as runner:
+    with Runner(bundle, prefill=True, profiler=profiler) as runner:  # prefill even where prompts skip it
         runner.page_in()  # as the timed lines do (ssmport.bench)
         if function == "main":
             call = lambda: runner.step(int(rng.integers(1, runner.vocab_size)))  # noqa: E731

@@ -17,6 +17,7 @@ from collections.abc import Callable
 import numpy as np
 
 from ssmport.bundle import Bundle, dir_bytes
+from ssmport.layout import MAIN_CALL, PREFILL_CALL
 from ssmport.manifest import Manifest
 from ssmport.runtime import Runner, forget_lowering
 from ssmport.runtime.op_count import count_ops
@@ -111,7 +112,10 @@ def bench_bundle(
         result["decode_ms_per_token"] = float(np.median(times))
         result["decode_ms_per_token_min"] = float(np.min(times))
         result["prefill_tokens_per_s"] = None
-        if runner.has_prefill:
+        # how `feed` takes a prompt here: the prefill chunks, or main one token a call where the
+        # chunks would cost more on this runtime (ssmport.runtime.prompt_path)
+        result["prompt_calls"] = PREFILL_CALL if runner.has_prefill else MAIN_CALL
+        if m.prefill is not None:
             prompt = bench_tokens(vocab, prefill_tokens, seed=1)
             runner.reset()
             runner.feed(prompt)  # warm-up: the first call of a function pays one-time setup

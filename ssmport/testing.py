@@ -445,7 +445,7 @@ def _check_prefill(arch: Architecture, model: LoadedModel, tokens: list[int], ou
         raise _Skip("the architecture has no prefill form")
     result = export(model, out, quant="fp32", gate=False, progress=False, overwrite=True, prefill_chunk=PREFILL_CHUNK)
     _require(result.manifest.prefill, "build_prefill returns a module but the bundle has no prefill function")
-    with Runner(result.path) as runner:
+    with Runner(result.path, prefill=True) as runner:
         names = runner.state_names
         _require(runner.has_prefill, "the runner does not use the bundle's prefill function")
         prefilled = runner.feed(tokens)

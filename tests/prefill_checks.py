@@ -47,7 +47,7 @@ def assert_coreai_prefill_equals_m1_loop(bundle_path, n: int, then: tuple[int, .
     """On the Core AI runtime: prefill's last logits and states vs `main` fed one by one,
     then the decode steps `then` from the state each left. `rows`: prefill calls of that many
     tokens (the apple layout's prefill takes any count up to its bound `chunk`)."""
-    with Runner(bundle_path) as fast, Runner(bundle_path, prefill=False) as slow:
+    with Runner(bundle_path, prefill=True) as fast, Runner(bundle_path, prefill=False) as slow:
         assert fast.has_prefill and fast.prefill_chunk == chunk and not slow.has_prefill
         fast.prefill_chunk = rows or chunk
         tokens = prompt(n, fast.vocab_size)

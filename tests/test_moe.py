@@ -215,14 +215,14 @@ def test_the_branched_form_equals_a_loop_over_the_chosen_experts(model):
                 torch.testing.assert_close(branched, m._gathered(h, chosen, weights))
 
 
-def test_branched_bundle_matches_transformers(family, folder, reference, bundle, tmp_path):
+def test_branched_bundle_matches_transformers(family, folder, reference, bundle, tmp_path, monkeypatch):
     """--experts branched: the decode and prefill graphs hold an `if` per expert of every MoE
     layer, the bundle meets transformers as the default bundle does, its prefill equals its M=1
     loop, and the expert stacks are stored once (the per-expert constants W[e] are shared by the
     two functions: a gathering prefill beside a branched decode stored them twice). Two
     families' bundles (sigmoid routing; softmax with a gated shared expert): the branched form
     is ExpertMixture's alone, and the test above checks it in all four in torch (CI time)."""
-    if family not in ("lfm2_moe", "qwen3_5_moe"):
+    if family.name not in ("lfm2_moe", "qwen3_5_moe"):
         pytest.skip("the branched form is family-independent; its bundle is checked on lfm2_moe and qwen3_5_moe")
     from ir_checks import graph_texts
 
@@ -240,6 +240,7 @@ def test_branched_bundle_matches_transformers(family, folder, reference, bundle,
     assert np.abs(ours - theirs).max() <= CORE_AI_ATOL
     assert (ours.argmax(-1) == theirs.argmax(-1)).all()
     assert_coreai_prefill_equals_m1_loop(branched.path, CHUNK + 3)
+    check_branched_prompt_path(branched, bundle, monkeypatch)
     # stored once: the assets differ by graph text, not by a second copy of the expert stacks
     stacks = sum(e["bytes"] for e in branched.manifest.plan_tensors if e.get("rows_read"))
     assert stacks > 0 and abs(dir_bytes(branched.path) - dir_bytes(bundle.path)) < stacks / 4
@@ -250,6 +251,25 @@ def test_branched_bundle_matches_transformers(family, folder, reference, bundle,
     mixtures = [m for m in eager_modules(model)[0].modules() if isinstance(m, moe.ExpertMixture)]
     texts = graph_texts(program)
     assert texts["main"].count("coreai.if") == texts["prefill"].count("coreai.if") == sum(m.spec.experts for m in mixtures) > 0
+
+
+def check_branched_prompt_path(branched, gathered, monkeypatch) -> None:
+    """A Runner's prompts (ssmport.runtime.prompt_path): a tiny branched bundle's chunks pay, so
+    they go through prefill; with the limit at its largest expert matrix (as for released
+    experts, which the rule sends the other way) through main one token a call, to the same
+    logits, while a gathered bundle and an explicit prefill=True keep the chunks."""
+    from ssmport.runtime import prompt_path
+
+    m = branched.manifest
+    largest = prompt_path.largest_expert_matrix(m)
+    assert 0 < largest < prompt_path.BRANCHED_CHUNK_LIMIT and prompt_path.prompts_through_prefill(m)
+    monkeypatch.setattr(prompt_path, "BRANCHED_CHUNK_LIMIT", largest)
+    assert not prompt_path.prompts_through_prefill(m) and prompt_path.prompts_through_prefill(gathered.manifest)
+    prompt = TOKENS + TOKENS[:CHUNK - 3]  # three chunks, the last one padded
+    with Runner(branched.path) as one_by_one, Runner(branched.path, prefill=True) as chunked:
+        assert not one_by_one.has_prefill and chunked.has_prefill
+        np.testing.assert_allclose(one_by_one.feed(prompt), chunked.feed(prompt), rtol=0, atol=CORE_AI_ATOL)
+        assert one_by_one.tokens == chunked.tokens == prompt
 
 
 def test_fused_layout_loads_the_same_model(folder, family, model, reference, tmp_path):

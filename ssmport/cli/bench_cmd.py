@@ -6,6 +6,7 @@ import json
 
 from ssmport.bench import DEFAULT_PREFILL_TOKENS, DEFAULT_STEPS, DEFAULT_WARMUP
 from ssmport.cli.common import check_int
+from ssmport.layout import PREFILL_CALL
 
 MAX_BENCH_TOKENS = 100_000  # per measurement: minutes on a small model, bounded memory
 
@@ -63,7 +64,8 @@ def run(args) -> int:
     print(f"  load           first {r['load_s_first']:.2f} s (hash + lower + load), cached {r['load_s_cached']:.3f} s")
     print(f"  decode         {r['decode_ms_per_token']:.2f} ms/token (Core AI runtime, single-threaded)")
     prefill = r["prefill_tokens_per_s"]
-    print(f"  prefill        {f'{prefill:.1f} tokens/s' if prefill is not None else 'n/a (no prefill function)'}")
+    through = "" if r["prompt_calls"] == PREFILL_CALL else " (one token a call through main: chunks cost more here)"
+    print(f"  prefill        {f'{prefill:.1f} tokens/s{through}' if prefill is not None else 'n/a (no prefill function)'}")
     print(f"  ops/call       {ops_line(r)}")
     if r["context"] is None:
         print(f"  state          {r['state_bytes'] / mb:.2f} MB (fixed: independent of context length)")

@@ -83,7 +83,7 @@ def count_ops(bundle: Bundle, prefill: bool = True, main: bool = True) -> dict[s
 
     log = OpLog()
     counts: dict[str, OpCount] = {}
-    with Runner(bundle, profiler=log.profiler()) as runner:
+    with Runner(bundle, prefill=prefill, profiler=log.profiler()) as runner:
         if main:
             runner.step(1)
             counts["main"] = summarize(log.calls[-1])

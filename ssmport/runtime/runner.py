@@ -30,6 +30,7 @@ from ssmport.manifest import DYNAMIC_DIM, FunctionEntry, with_positions
 from ssmport.runtime.kv_growth import START as KV_START
 from ssmport.runtime.kv_growth import positions_for, with_rows
 from ssmport.runtime.lowering import ensure_lowered, page_in
+from ssmport.runtime.prompt_path import prompts_through_prefill
 from ssmport.runtime.snapshot import StateSnapshot
 from ssmport.prefill import DEFAULT_CHUNK
 from ssmport.sampling import sample_next
@@ -59,12 +60,15 @@ class Runner:
     """Run an exported bundle: prompts through `prefill` (when the bundle has it), then
     one token at a time through the decode function `main`.
 
-    `prefill=False` forces the M=1 path for prompts too (tests and benchmarks compare both).
+    `prefill`: None (the default) uses the bundle's prefill function where chunks pay on this
+    runtime (ssmport.runtime.prompt_path: not for large branched experts); True whenever the
+    bundle has it; False forces the M=1 path for prompts too (tests and benchmarks compare both).
     `profiler`: a `coreai.runtime.Profiler` both functions are loaded with (see
     ssmport.runtime.op_count).
     """
 
-    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool = True, profiler=None):
+    def __init__(self, bundle: Bundle | str | Path, function: str = "main", prefill: bool | None = None,
+                 profiler=None):  # fmt: skip
         from coreai.runtime import AIModel
 
         self.bundle = bundle if isinstance(bundle, Bundle) else Bundle.open(bundle)
@@ -74,7 +78,7 @@ class Runner:
         _LIVE.add(self)
         lowered, self.lowered_now = ensure_lowered(self.bundle)
         self._lowered = lowered
-        prefill_entry = m.prefill if prefill else None
+        prefill_entry = m.prefill if (prompts_through_prefill(m) if prefill is None else prefill) else None
         with native_stderr_filtered(), interrupts_held():
             try:
                 self._model = self._loop.run_until_complete(AIModel.load(lowered))
