@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ssmport.ops import deferred, sliding
+from ssmport.ops import conv, deferred, sliding
 from ssmport.ops.norms import layer_norm, rms_norm
 from ssmport.ops.rows import last_valid, read_layer, stack_rows, write_once
 from ssmport.state import StateSpec, register_states
@@ -192,6 +192,8 @@ def write_state_values(buffer: torch.Tensor, spec: StateSpec, values: list, step
         deferred.apply(buffer, values)
     elif isinstance(first, KVRows):
         _write_kv(buffer, [v.rows for v in values], step)
+    elif isinstance(first, conv.ShiftIn):
+        conv.shift_in(buffer, [v.row for v in values])
     elif isinstance(first, RingRows):
         sliding.write(buffer, [v.rows for v in values], step.positions, step.valid_len)
     else:

@@ -74,7 +74,21 @@ def test_causal_conv_equals_the_window_sum(P, T, W, valid):
     got, got_past = conv.causal_conv(past, new, weight, vl)
     want, want_past = conv.causal_conv_naive(past, new, weight, valid)
     close(got, want)
+    if isinstance(got_past, conv.ShiftIn):  # a decode step: its past written by shift_in
+        stacked = past.clone()[None]
+        conv.shift_in(stacked, [got_past.row])
+        got_past = stacked[0]
     assert torch.equal(got_past, want_past)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_shift_in_writes_every_layers_past_shifted(dtype):
+    """Each layer's past [P, D] loses its oldest row and takes its new one, bit for bit."""
+    buffer, rows = randn(3, 1, 4, 7).to(dtype), [randn(1, 7) for _ in range(3)]
+    want = buffer.clone()
+    conv.shift_in(buffer, rows)
+    conv.shift_in_naive(want, rows)
+    assert torch.equal(buffer, want)
 
 
 @pytest.mark.parametrize("valid", [1, 4, 6])

@@ -49,6 +49,7 @@ from ssmport.growing_kv import read_kv_layer
 from ssmport.manifest import DYNAMIC_DIM, with_positions
 from ssmport.models.layers import SLIDING_CACHE
 from ssmport.ops import sliding
+from ssmport.ops.conv import ShiftIn
 from ssmport.ops.rows import read_layer
 from ssmport.state import KV, RING, StateSpec, StateSplit
 
@@ -213,7 +214,10 @@ def _split_values(values: list, split: StateSplit) -> list[list]:
     """Each layer's native value (a slice, or a tuple of rows along axis 0) as one value per part."""
     per_part: list[list] = [[] for _ in split.parts]
     for value in values:
-        if isinstance(value, tuple):  # rows: part j takes the next `size` of them
+        if isinstance(value, ShiftIn):  # a decode step's conv row: split along its channels as the past would be
+            for j, piece in enumerate(value.row.split([p.size for p in split.parts], dim=split.axis)):
+                per_part[j].append(ShiftIn(piece))
+        elif isinstance(value, tuple):  # rows: part j takes the next `size` of them
             if split.axis != 0:
                 raise ValueError(f"{split.state}: rows can only be split along axis 0")
             start = 0
