@@ -27,9 +27,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, help="results JSON")
     a = ap.parse_args()
     m = Bundle.open(a.bundle).manifest
-    chunks = prompts_through_prefill(m)
+    chunks, largest = prompts_through_prefill(m), largest_expert_matrix(m)
     print(f"{a.bundle}: experts {m.export.get('experts', 'gathered')}, largest expert matrix "
-          f"{largest_expert_matrix(m):,} parameters; a Runner feeds prompts through "
+          f"{largest:,} parameters; a Runner feeds prompts through "
           f"{'prefill chunks' if chunks else 'main, one token a call'}", flush=True)  # fmt: skip
     runs, _ = measure(a.bundle, a.prompts, a.repeats, seed=0)
     for run in runs:
@@ -39,7 +39,7 @@ def main() -> None:
               f"{'faster' if run['runner_takes_the_faster'] else 'SLOWER'}", flush=True)  # fmt: skip
     if a.out:
         a.out.write_text(json.dumps({"bundle": str(a.bundle), "prompts_through_prefill": chunks,
-                                     "largest_expert_matrix": largest_expert_matrix(m), "runs": runs}, indent=2) + "\n")  # fmt: skip
+                                     "largest_expert_matrix": largest, "runs": runs}, indent=2) + "\n")  # fmt: skip
 
 
 if __name__ == "__main__":

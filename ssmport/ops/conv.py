@@ -47,7 +47,8 @@ def shift_in(buffer: torch.Tensor, rows: list[torch.Tensor]) -> None:
     L, P, D = buffer.shape[0], buffer.shape[-2], buffer.shape[-1]
     shift = (torch.arange(P).view(P, 1) + 1 == torch.arange(P).view(1, P)).to(torch.float32)  # row i takes i+1
     newest = (torch.arange(P) == P - 1).to(torch.float32).view(P, 1)
-    # [P, P] and [P, 1] broadcast against the buffer's own shape: one reshape (the rows') a call
+    # [P, P] and [P, 1] broadcast against the buffer's own shape, so only the stacked rows are
+    # reshaped (graph_diff.py: 2 reshapes, a matmul, a multiply and an add a call)
     new = torch.cat(rows).view(L, *([1] * (buffer.dim() - 2)), D)  # the rows [1, D] stacked: one concat
     buffer.copy_((shift @ buffer.float() + newest * new).to(buffer.dtype))
 
