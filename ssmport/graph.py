@@ -17,7 +17,9 @@ where a value is
 `valid_len` None) and for chunked prefill (T = chunk, `valid_len` the real tokens), over the
 same blocks: the decode and prefill functions share every weight. Which layers use which state
 (their slot in its stack) follows from the blocks' `states`, so a hybrid's attention layers
-stack into the KV states and its recurrent layers into theirs.
+stack into the KV states and its recurrent layers into theirs. A block may also name, in
+`flat_reads`, states whose decode slice is read as a row of the state's [L, rest] view, as
+every prefill slice is (ssmport.ops.rows.read_layer says when that is better).
 """
 
 from __future__ import annotations
@@ -133,8 +135,8 @@ class CausalLM(nn.Module):
         return run_blocks(self.layers, self.slots, self.specs, x, step, self)
 
     # The default state I/O (`StateIO`): the states are this module's buffers.
-    def read_state(self, name: str, slot: int) -> torch.Tensor:
-        return read_layer(getattr(self, name), slot)[0]
+    def read_state(self, name: str, slot: int, flat: bool = False) -> torch.Tensor:
+        return read_layer(getattr(self, name), slot, flat)[0]
 
     def write_state(self, spec: StateSpec, values: list, step: Step) -> None:
         write_state_values(getattr(self, spec.name), spec, values, step)
@@ -144,7 +146,10 @@ class StateIO(Protocol):
     """Where `run_blocks` reads a layer's state slices and writes every layer's new values:
     a `CausalLM`'s own buffers, or a bundle layout's state arguments (ssmport.apple.graph)."""
 
-    def read_state(self, name: str, slot: int) -> torch.Tensor: ...
+    def read_state(self, name: str, slot: int, flat: bool = False) -> torch.Tensor:
+        """Layer `slot`'s slice of state `name`; `flat`: read as a row of its [L, rest] view
+        (ssmport.ops.rows.read_layer)."""
+        ...
 
     def write_state(self, spec: StateSpec, values: list, step: Step) -> None: ...
 
@@ -157,7 +162,11 @@ def run_blocks(
     slices from `io`, then one `io.write_state` per state (in `specs` order); the new rows."""
     values: dict[str, list] = {s.name: [] for s in specs}
     for layer, used in zip(layers, slots):
-        slices = {name: io.read_state(name, slot) for name, slot in used.items()}
+        # A chunk reads every slice flat: its one whole-state reshape is paid once per chunk,
+        # where the gather's unit axes cost the chunk form a reshape a layer (+19 kernels at
+        # gated-deltanet-340m).
+        flat = getattr(layer, "flat_reads", ())
+        slices = {name: io.read_state(name, slot, not step.decode or name in flat) for name, slot in used.items()}
         x, new = layer(x, slices, step)
         if set(new) != set(used):
             raise ValueError(f"{type(layer).__name__} returned states {sorted(new)}, declared {sorted(used)}")

@@ -128,8 +128,8 @@ class _GrowingStates:
     def __init__(self, bound: dict[str, torch.Tensor], grown: frozenset[str]):
         self.bound, self.grown = bound, grown
 
-    def read_state(self, name: str, slot: int) -> torch.Tensor:
-        return read_kv_layer(self.bound[name], slot) if name in self.grown else read_layer(self.bound[name], slot)[0]
+    def read_state(self, name: str, slot: int, flat: bool = False) -> torch.Tensor:
+        return read_kv_layer(self.bound[name], slot) if name in self.grown else read_layer(self.bound[name], slot, flat)[0]
 
     def write_state(self, spec: StateSpec, values: list, step: Step) -> None:
         if spec.kind == KV:

@@ -29,6 +29,7 @@ def test_row_moves_equal_indexing():
     buf = randn(5, 1, 3, 4)
     for i in range(5):
         assert torch.equal(rows.read_layer(buf, i), rows.read_layer_naive(buf, i))
+        assert torch.equal(rows.read_layer(buf, i, flat=True), rows.read_layer_naive(buf, i))
         assert torch.equal(rows.read_layer_by_matmul(buf, i), rows.read_layer_naive(buf, i))
     pieces = [randn(3, 4) for _ in range(5)]
     assert torch.equal(rows.stack_rows(pieces), rows.stack_rows_naive(pieces))

@@ -15,11 +15,20 @@ import torch
 import torch.nn.functional as F
 
 
-def read_layer(buffer: torch.Tensor, i: int) -> torch.Tensor:
-    """Layer i's slice `buffer[i]` of a stacked [L, ...] state, as a row lookup on the
-    [L, rest] view (a slice or `index_select` is 6-15x slower here for the same bytes)."""
-    flat = buffer.reshape(buffer.shape[0], -1)
-    return F.embedding(torch.tensor([i]), flat).view(buffer.shape[1:])
+def read_layer(buffer: torch.Tensor, i: int, flat: bool = False) -> torch.Tensor:
+    """Layer i's slice `buffer[i]` of a stacked [L, ...] state, as a gather of index i on the
+    state in its own shape (a slice or `index_select` is 6-15x slower here for the same bytes).
+
+    `flat`: a row lookup on the [L, rest] view instead. That view is a reshape of the whole
+    state, which this runtime copies (3.3 ms a decode call at gated-deltanet-340m), so decode
+    reads flat only a state whose readers the converter would otherwise widen: it keeps the
+    gathered slice's unit axes on every tensor computed from it, then reshapes each back
+    (RWKV-7's recState: 2L - 2 more reshapes a call). A prefill chunk reads every state flat
+    (the chunk forms cost a reshape a layer the other way). benchmarks/README.md, "A layer's
+    state slice read in place"."""
+    if flat:
+        return F.embedding(torch.tensor([i]), buffer.reshape(buffer.shape[0], -1)).view(buffer.shape[1:])
+    return buffer[torch.tensor([i])].view(buffer.shape[1:])
 
 
 def read_layer_naive(buffer: torch.Tensor, i: int) -> torch.Tensor:

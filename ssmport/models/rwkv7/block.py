@@ -25,6 +25,7 @@ class RWKV7Block(nn.Module):
     token's inputs to the time mix, after ln1, and to the channel mix, after ln2)."""
 
     states = (REC_STATE, SHIFT_STATE)
+    flat_reads = (REC_STATE,)  # read as a row: the converter would widen its readers (ssmport.ops.rows.read_layer)
 
     def __init__(self, cfg: RWKV7Config, i: int, src: TensorSource, b: WeightBuilder):
         super().__init__()
