@@ -168,23 +168,22 @@ class _ArgumentStates:
         self.by_name = {s.name: s for s in lm.specs}
         self.ring_values: list[torch.Tensor] = []  # the ring states' rows, until the last is given
 
-    def read_state(self, name: str, slot: int, flat: bool = True) -> torch.Tensor:
-        # Always a row of the [L, rest] view (`flat` is ignored): the gather on the state as it
-        # is added get_shape + slice ops to this layout's prefill (gated-deltanet-tiny: 3 each,
-        # qwen3.5-tiny: 6 each; benchmarks/graph_diff.py --layout apple).
+    def read_state(self, name: str, slot: int, flat: bool = False) -> torch.Tensor:
         split, bound = self.lm.splits.get(name), self.bound
         if name in self.lm.ring_rows:
-            return read_layer(bound[SLIDING_CACHE], self.lm.ring_rows[name] + slot, flat=True)[0]
+            return read_layer(bound[SLIDING_CACHE], self.lm.ring_rows[name] + slot, flat)[0]
         if split is None:
             # a growing KV cache is read whole, all S positions (attention masks those at or past
             # the token's own): a row lookup, where the slice of its first P positions cost
             # ~8 ms each at S = 512 here (benchmarks/README.md, "Decode cost follows the tokens held")
             if name in self.lm.dynamic:
                 return read_kv_layer(bound[name], slot)
-            return read_layer(bound[name], slot, flat=True)[0]
+            return read_layer(bound[name], slot, flat)[0]
         pieces = []
         for part in split.parts:
-            piece = read_layer(bound[part.name], slot, flat=True)[0]
+            # a part of one row reads flat: gathered, its unit axes cost RWKV-7's shiftState 2
+            # reshapes a decode call (benchmarks/graph_diff.py --layout apple)
+            piece = read_layer(bound[part.name], slot, flat or part.size == 1)[0]
             pieces.append(piece.unsqueeze(split.axis) if part.size == 1 else piece)
         return torch.cat(pieces, dim=split.axis)
 
