@@ -141,11 +141,12 @@ class _GrowingStates:
 
 
 def read_kv_layer(cache: torch.Tensor, slot: int) -> torch.Tensor:
-    """Layer `slot`'s [heads, S, d] of a growing cache [L, 1, heads, S, d]: a row lookup viewed
-    to its shape (indexing away the unit axis is a `slice` + `shrink_dims` on a dynamic shape
-    here, ~2 ms each at S = 256 on an LFM2-350M layer)."""
+    """Layer `slot`'s [heads, S, d] of a growing cache [L, 1, heads, S, d]: a gather of index
+    `slot` on the cache as it is, viewed to its shape (indexing away the unit axis is a `slice`
+    + `shrink_dims` on a dynamic shape here, ~2 ms each at S = 256 on an LFM2-350M layer; a row
+    lookup on the [L, rest] view reshaped, so copied, the whole cache every call)."""
     L, _, heads, S, d = cache.shape
-    return F.embedding(torch.tensor([slot]), cache.reshape(L, -1)).view(heads, S, d)
+    return cache[torch.tensor([slot])].view(heads, S, d)
 
 
 def blend_rows(cache: torch.Tensor, rows: list[torch.Tensor], step: Step) -> None:

@@ -51,3 +51,14 @@ def test_the_recurrent_state_is_reshaped_only_where_read_flat(preset):
 @pytest.mark.parametrize("preset", ["mamba1-tiny", "mamba2-tiny"])
 def test_the_conv_state_is_read_and_written_without_a_transpose(preset):
     assert "coreai.transpose" not in decode_graph(preset)
+
+
+@pytest.mark.parametrize("preset", ["lfm2-tiny", "qwen3.5-tiny"])
+def test_a_growing_kv_cache_is_read_without_reshaping_it_whole(preset):
+    """A layer's rows of a growing cache are a gather on the cache as it is
+    (ssmport.growing_kv.read_kv_layer): the row view [L, rest] copied the whole cache a call."""
+    text = decode_graph(preset)
+    caches = set(re.findall(r"coreai\.read_handle [^\n]*-> \((tensor<[\dx]+x\?x[\dx]+xf32>),", text))
+    whole = [a for a, _ in re.findall(r"= coreai\.reshape [^\n]*: \((tensor<[^>]+>), [^\n]*-> (tensor<[^>]+>)", text) if a in caches]
+    assert caches, f"{preset}: no growing cache in the decode graph"
+    assert whole == [], f"{preset}: {whole}"
