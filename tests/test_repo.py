@@ -93,7 +93,7 @@ def test_source_lines_counts_code_only():
 
 # rwkv7 is over: its two checkpoint layouts (BlinkDL .pth and fla's three generations) are
 # 128 of its 391 lines, and nothing else shares them. Strict: the mark must go once it fits.
-OVER_BUDGET = {"rwkv7": "issue 14: rwkv7 is 370 source lines, over the 350 budget"}
+OVER_BUDGET = {"rwkv7": "issue 14: rwkv7 is 373 source lines, over the 350 budget"}
 
 
 def test_every_built_in_architecture_is_counted():
