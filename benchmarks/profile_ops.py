@@ -103,11 +103,15 @@ def main() -> None:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--slowest", type=int, default=0, help="also list the K slowest single ops, by position in the call")
     p.add_argument("--json", action="store_true")
+    p.add_argument("--per-op", action="store_true", help="with --json: every op of the call, in order (index, type, ms)")
     a = p.parse_args()
     per_call, profiled_ms = profile(Bundle.open(a.bundle), a.calls, function=a.function)
     table, single = by_op_type(per_call), slowest(per_call, a.slowest)
     if a.json:
-        print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table} | ({"slowest": single} if single else {}), indent=2))
+        every = {"per_op": slowest(per_call, len(per_call[0]))} if a.per_op else {}
+        if every:
+            every["per_op"].sort(key=lambda o: o["index"])
+        print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table} | ({"slowest": single} if single else {}) | every, indent=2))
         return
     total = sum(r["ms"] for r in table.values())
     print(f"{a.bundle}: {len(per_call[0])} timed ops per call; sum of per-op minima {total:.1f} ms "
