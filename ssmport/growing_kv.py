@@ -145,7 +145,7 @@ def read_kv_layer(cache: torch.Tensor, slot: int) -> torch.Tensor:
     `slot` on the cache as it is, viewed to its shape (indexing away the unit axis is a `slice`
     + `shrink_dims` on a dynamic shape here, ~2 ms each at S = 256 on an LFM2-350M layer; a row
     lookup on the [L, rest] view reshaped, so copied, the whole cache every call)."""
-    L, _, heads, S, d = cache.shape
+    heads, S, d = cache.shape[2:]
     return cache[torch.tensor([slot])].view(heads, S, d)
 
 
