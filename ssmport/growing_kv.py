@@ -30,7 +30,6 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ssmport.graph import Step, layer_slots, run_blocks, write_state_values
@@ -141,12 +140,11 @@ class _GrowingStates:
 
 
 def read_kv_layer(cache: torch.Tensor, slot: int) -> torch.Tensor:
-    """Layer `slot`'s [heads, S, d] of a growing cache [L, 1, heads, S, d]: a gather of index
-    `slot` on the cache as it is, viewed to its shape (indexing away the unit axis is a `slice`
-    + `shrink_dims` on a dynamic shape here, ~2 ms each at S = 256 on an LFM2-350M layer; a row
+    """Layer `slot`'s [heads, S, d] of a growing cache [L, 1, heads, S, d]: `read_layer`'s gather
+    on the cache as it is, viewed to its shape (indexing away the unit axis is a `slice` +
+    `shrink_dims` on a dynamic shape here, ~2 ms each at S = 256 on an LFM2-350M layer; the row
     lookup on the [L, rest] view reshaped, so copied, the whole cache every call)."""
-    heads, S, d = cache.shape[2:]
-    return cache[torch.tensor([slot])].view(heads, S, d)
+    return read_layer(cache, slot).view(cache.shape[2:])
 
 
 def blend_rows(cache: torch.Tensor, rows: list[torch.Tensor], step: Step) -> None:
