@@ -88,12 +88,15 @@ def by_op_type(per_call: list[list[tuple[str, int]]]) -> dict[str, dict]:
     whole = sum(totals.values())
     return {k: {"ms": v / 1e6, "share": v / whole, "ops": counts[k]} for k, v in totals.most_common()}
 
-def slowest(per_call: list[list[tuple[str, int]]], k: int) -> list[dict]:
-    """The k slowest single ops, each by its position in the call (the same op every call: the
-    last matmul of a decode call is the LM head), its minimum over the calls."""
+def per_op(per_call: list[list[tuple[str, int]]]) -> list[dict]:
+    """Every op of the call in order, by its position (the same op every call: the last matmul
+    of a decode call is the LM head), with its minimum over the calls."""
     n = min(len(c) for c in per_call)
-    ops = [{"index": i, "op": op_type(per_call[0][i][0]), "ms": min(c[i][1] for c in per_call) / 1e6} for i in range(n)]
-    return sorted(ops, key=lambda o: -o["ms"])[:k]
+    return [{"index": i, "op": op_type(per_call[0][i][0]), "ms": min(c[i][1] for c in per_call) / 1e6} for i in range(n)]
+
+def slowest(per_call: list[list[tuple[str, int]]], k: int) -> list[dict]:
+    """The k slowest single ops (`per_op`'s entries)."""
+    return sorted(per_op(per_call), key=lambda o: -o["ms"])[:k]
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -108,9 +111,7 @@ def main() -> None:
     per_call, profiled_ms = profile(Bundle.open(a.bundle), a.calls, function=a.function)
     table, single = by_op_type(per_call), slowest(per_call, a.slowest)
     if a.json:
-        every = {"per_op": slowest(per_call, len(per_call[0]))} if a.per_op else {}
-        if every:
-            every["per_op"].sort(key=lambda o: o["index"])
+        every = {"per_op": per_op(per_call)} if a.per_op else {}
         print(json.dumps({"profiled_ms_per_call": profiled_ms, "ops": table} | ({"slowest": single} if single else {}) | every, indent=2))
         return
     total = sum(r["ms"] for r in table.values())
