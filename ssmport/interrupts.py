@@ -9,7 +9,10 @@ in `interrupts_deferred()` only records the first stop signal; `raise_if_interru
 raises it at the next safe point (a stage boundary, each stored weight, before the final
 rename). A second one raises at once, for a user who will not wait. A block that may be
 abandoned anywhere (a Hub download, whose partial files are discarded) stops at once
-(`stops_at_once()`).
+(`stops_at_once()`). There too the exception can land in a garbage-collector callback and be
+lost (seen in CI: a SIGTERM during a blocked Hub read waited out the read's 60 s timeout), so
+the signal is sent to the main thread again until the exception leaves the block, and the
+block's end raises it if the block finished anyway.
 
 SIGTERM (`kill`, a job scheduler, a container stopping) and SIGHUP (the terminal closing)
 stop a command the way Ctrl-C does, as `Terminated`: the CLI installs `terminate_raises()`,
@@ -35,12 +38,16 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 _pending: int | None = None  # the first stop signal recorded by interrupts_deferred(), not yet raised
 _deferring = False
 _at_once = False  # inside stops_at_once(): a stop signal raises where it lands
+_raised_at_once: int | None = None  # a stop signal raised inside stops_at_once() whose exception has not left it
+RESEND_S = 0.2  # how often that signal is sent again while its exception may have been lost
+_resend_lock = threading.Lock()  # no signal is sent again once the block has seen its exception
 STOP_WAIT_S = 5.0  # how long a held stop signal waits for its runtime call before the process ends
 _hard_stop_cleanups: list[Callable[[], None]] = []
 
@@ -163,7 +170,11 @@ def interrupts_deferred() -> Iterator[None]:
 
     def record(signum, frame):
         global _pending
-        if _pending is not None or _at_once:  # the second one, or a block that may stop anywhere
+        if _at_once:  # a block that may stop anywhere
+            _pending = None
+            _deliver_until_it_lands(signum, previous.get(signum))
+            return
+        if _pending is not None:  # the second one
             _pending = None
             _deliver(signum, previous.get(signum))
         _pending = signum
@@ -194,8 +205,46 @@ def stops_at_once() -> Iterator[None]:
     _at_once = True
     try:
         yield
+    except (KeyboardInterrupt, Terminated):
+        _landed()
+        raise
     finally:
         _at_once = False
+        lost = _landed()
+        if lost is not None:  # its exception was swallowed where it landed: raise it here
+            raise stop_exception(lost)  # in place of whatever ended the block (the read's timeout)
+
+
+def _deliver_until_it_lands(signum: int, previous) -> None:
+    """Inside stops_at_once(): deliver the signal; if that raised, send it to the main thread
+    again every RESEND_S until the exception leaves the block (it may land where Python
+    swallows it: a weakref or __del__ callback the garbage collector ran)."""
+    global _raised_at_once
+    try:
+        _deliver(signum, previous)
+    except BaseException:
+        if _raised_at_once is None:
+            _raised_at_once = signum
+            threading.Thread(target=_resend, args=(signum,), daemon=True).start()
+        raise
+
+
+def _resend(signum: int) -> None:
+    main = threading.main_thread().ident
+    while True:
+        time.sleep(RESEND_S)
+        with _resend_lock:
+            if _raised_at_once != signum or not _at_once:
+                return
+            signal.pthread_kill(main, signum)
+
+
+def _landed() -> int | None:
+    """The exception of a stop signal raised inside stops_at_once() left the block: stop sending it."""
+    global _raised_at_once
+    with _resend_lock:
+        signum, _raised_at_once = _raised_at_once, None
+    return signum
 
 
 def raise_if_interrupted() -> None:
