@@ -1,8 +1,8 @@
 """Decode graphs work on each state in its stored shape. The deferred update
 (ssmport.ops.deferred) runs on the recurrent state as it is stacked: no reshape of the whole
 state before or after it, each a copy of the whole state on the Linux runtime; and none to read
-a layer's slice (ssmport.ops.rows.read_layer), except RWKV-7's row view of its recState, which
-it reads `flat`. Mamba-1's and
+a layer's slice (ssmport.ops.rows.read_layer), except the row view of a state its blocks read
+flat (`flat_reads`: RWKV-7's recState). Mamba-1's and
 Mamba-2's conv states are time-major, as their conv reads them: no transpose in and out of each
 layer. Read from the printed IR of the decode graph."""
 
@@ -37,12 +37,21 @@ def decode_graph(preset: str) -> str:
     return graph_texts(convert(model, builder, torch.float32, prefill_chunk=None).program)["main"]
 
 
+def read_flat(preset: str, size: int) -> bool:
+    """Whether the decode module's blocks read the state of `size` elements flat (`flat_reads`)."""
+    model = load_model(preset)
+    arch = model.architecture
+    module = arch.build_decode(model.config, model.weights, WeightBuilder(get_recipe("fp32"), arch.keeps_float), torch.float32)
+    (spec,) = [s for s in module.specs if math.prod(s.shape) == size]
+    return any(spec.name in getattr(layer, "flat_reads", ()) for layer in module.layers)
+
+
 @pytest.mark.parametrize("preset", PRESETS)
 def test_the_recurrent_state_is_reshaped_only_where_read_flat(preset):
     text = decode_graph(preset)
     state = max(HANDLE.findall(text), key=elements)  # the recurrent state: the largest fixed-size one
     of_state_size = [(a, b) for a, b in RESHAPE.findall(text) if "?" not in a + b and elements(a) == elements(state)]
-    if preset == "rwkv7-tiny":  # RWKV7Block.flat_reads: the row view [L, rest], once per call
+    if read_flat(preset, elements(state)):  # the row view [L, rest], once per call (ssmport.ops.rows.read_layer)
         assert of_state_size == [(state, of_state_size[0][1])], of_state_size
     else:
         assert of_state_size == [], f"{preset}: {of_state_size}"
