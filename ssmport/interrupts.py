@@ -201,9 +201,10 @@ def stops_at_once() -> Iterator[None]:
     if not _deferring or _at_once:
         yield
         return
-    raise_if_interrupted()
-    _at_once = True
     try:
+        # stopping at once first, then the check: a signal between the two is raised, not recorded
+        _at_once = True
+        raise_if_interrupted()
         yield
     except (KeyboardInterrupt, Terminated):
         _landed()

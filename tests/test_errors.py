@@ -385,6 +385,24 @@ def test_a_stop_lost_in_a_callback_ends_the_block_that_finished_anyway(terminal_
     assert went_on
 
 
+def test_a_stop_just_before_the_block_still_ends_a_blocked_read(terminal_signals, monkeypatch):
+    # The signal arrives after the entry's check for one recorded and before the block stops at
+    # once: recorded then, it waited for a safe point the blocked read never reaches.
+    import ssmport.interrupts as interrupts
+
+    check = interrupts.raise_if_interrupted
+
+    def check_then_signal():
+        check()
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(interrupts, "raise_if_interrupted", check_then_signal)
+    started = time.monotonic()
+    with pytest.raises(Terminated), interrupts_deferred(), stops_at_once():
+        time.sleep(30)  # the blocked read
+    assert time.monotonic() - started < 5
+
+
 def test_sigterm_during_a_runtime_call_is_held_until_it_returns(terminal_signals):
     done = []
     with pytest.raises(Terminated):
